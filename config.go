@@ -1,0 +1,160 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Relay defaults; RelayConfig.WithDefaults fills zero fields with them.
+const (
+	BatchSizeDefault    = 100
+	WorkersDefault      = 1
+	PollIntervalDefault = time.Second
+	LeaseDefault        = 30 * time.Second
+	SinkTimeoutDefault  = 10 * time.Second
+	MaxAttemptsDefault  = 5
+	BackoffBaseDefault  = time.Second
+	BackoffMaxDefault   = 5 * time.Minute
+	// BatchSizeMax bounds BatchSize: a claim's rows travel in one result set
+	// and are published as one batch.
+	BatchSizeMax = 10000
+)
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Sink receives the claimed events. Required.
+	Sink Sink
+	// Schema holds outbox_events. Defaults to SchemaDefault.
+	Schema string
+	// RelayID names this relay in locked_by and in logs; it must differ
+	// between relays sharing a table. Defaults to hostname:pid.
+	RelayID string
+	// BatchSize is the most events claimed at once. Defaults to
+	// BatchSizeDefault.
+	BatchSize int
+	// Workers is how many claim-publish-mark loops run at once, so the
+	// database claims the next batch while the sink publishes this one.
+	// Defaults to WorkersDefault.
+	Workers int
+	// PollInterval is how long a loop sleeps after a claim came back short.
+	// A full batch is followed by another claim at once. Defaults to
+	// PollIntervalDefault.
+	PollInterval time.Duration
+	// Lease is how long a claim holds its events; after it, any relay may
+	// take them over. Defaults to LeaseDefault.
+	Lease time.Duration
+	// SinkTimeout bounds one Publish call. It must be shorter than Lease so
+	// a batch is settled before another relay can re-claim it. Defaults to
+	// SinkTimeoutDefault, or half the lease when that is shorter.
+	SinkTimeout time.Duration
+	// MaxAttempts is how many failed publishes dead-letter an event whose
+	// row has no max_attempts. Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// BackoffBase and BackoffMax shape the retry delay after the n-th
+	// failure: BackoffBase·2^n with jitter, at most BackoffMax. Default to
+	// BackoffBaseDefault and BackoffMaxDefault.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// RescueInterval is how often the relay returns events whose lease
+	// expired (their relay died) to pending. Defaults to a quarter of the
+	// lease, between 1 and 15 seconds.
+	RescueInterval time.Duration
+	// ShutdownTimeout bounds Run's graceful stop: in-flight batches that do
+	// not finish in time are cancelled and released. Defaults to SinkTimeout
+	// plus 5 seconds, which is within the lease.
+	ShutdownTimeout time.Duration
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Hooks observe the relay; each may implement any of the Hook
+	// interfaces (HookBatch, HookDeadLetter).
+	Hooks []Hook
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c RelayConfig) WithDefaults() RelayConfig {
+	c.Schema = schemaOrDefault(c.Schema)
+	if c.RelayID == "" {
+		c.RelayID = DefaultRelayID()
+	}
+	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.Workers, WorkersDefault)
+	setDefault(&c.PollInterval, PollIntervalDefault)
+	setDefault(&c.Lease, LeaseDefault)
+	setDefault(&c.SinkTimeout, min(SinkTimeoutDefault, c.Lease/2))
+	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
+	setDefault(&c.BackoffBase, BackoffBaseDefault)
+	setDefault(&c.BackoffMax, BackoffMaxDefault)
+	setDefault(&c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
+	setDefault(&c.ShutdownTimeout, c.SinkTimeout+5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first invalid field as a *ConfigError.
+func (c RelayConfig) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case c.Sink == nil:
+		return bad("Sink", "is nil: the relay needs a sink to publish to")
+	case c.BatchSize < 1 || c.BatchSize > BatchSizeMax:
+		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, BatchSizeMax)
+	case c.Workers < 1:
+		return bad("Workers", "is %d: use at least 1", c.Workers)
+	case c.PollInterval <= 0:
+		return bad("PollInterval", "is %v: use a positive duration", c.PollInterval)
+	case c.Lease < time.Second:
+		return bad("Lease", "is %v: use at least 1s", c.Lease)
+	case c.SinkTimeout <= 0:
+		return bad("SinkTimeout", "is %v: use a positive duration", c.SinkTimeout)
+	case c.SinkTimeout >= c.Lease:
+		return bad("SinkTimeout", "is %v, not shorter than the lease (%v): a publish could outlive its lease and be duplicated; lower the sink timeout or raise the lease", c.SinkTimeout, c.Lease)
+	case c.MaxAttempts < 1:
+		return bad("MaxAttempts", "is %d: use at least 1", c.MaxAttempts)
+	case c.BackoffBase <= 0:
+		return bad("BackoffBase", "is %v: use a positive duration", c.BackoffBase)
+	case c.BackoffMax < c.BackoffBase:
+		return bad("BackoffMax", "is %v, less than BackoffBase (%v)", c.BackoffMax, c.BackoffBase)
+	case c.RescueInterval <= 0:
+		return bad("RescueInterval", "is %v: use a positive duration", c.RescueInterval)
+	case c.ShutdownTimeout <= 0:
+		return bad("ShutdownTimeout", "is %v: use a positive duration", c.ShutdownTimeout)
+	case c.RelayID == "":
+		return bad("RelayID", "is empty")
+	}
+	for i, h := range c.Hooks {
+		if h == nil {
+			return bad("Hooks", "entry %d is nil", i)
+		}
+		_, isBatch := h.(HookBatch)
+		_, isDead := h.(HookDeadLetter)
+		if !isBatch && !isDead {
+			return bad("Hooks", "entry %d (%T) implements no hook interface", i, h)
+		}
+	}
+	return nil
+}
+
+// DefaultRelayID returns hostname:pid.
+func DefaultRelayID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "relay"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+var errStopped = errors.New("relay stopped")

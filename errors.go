@@ -1,0 +1,70 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// ErrNotFound is returned when an event does not exist.
+var ErrNotFound = driver.ErrNotFound
+
+// ErrNoTable is returned when the outbox table is missing from the schema:
+// run `outbox migrate` or outboxmigrate.Migrate.
+var ErrNoTable = driver.ErrNoTable
+
+// ConfigError is an invalid configuration value or argument.
+type ConfigError struct {
+	Field string // the field, flag or argument that is wrong
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return "invalid " + e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// MessageError is a message the writer refused before touching the database;
+// the caller's transaction stays usable.
+type MessageError struct {
+	Index int    // position of the message in the call
+	Field string // the Message field at fault
+	Err   error
+}
+
+func (e *MessageError) Error() string {
+	return fmt.Sprintf("outbox message %d: %s: %v", e.Index, e.Field, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// permanentError marks a sink error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as one that retrying will not fix (a malformed event,
+// an HTTP 400): the relay dead-letters the event at once instead of retrying.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+func errUnknownStatus(s string) error {
+	return fmt.Errorf("unknown status %q: use one of %s", s,
+		strings.Join([]string{driver.StatusPending, driver.StatusProcessing, driver.StatusProcessed, driver.StatusFailed}, ", "))
+}

@@ -1,0 +1,40 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Hook observes a relay. A hook implements one or more of the Hook…
+// interfaces; RelayConfig.Hooks takes any mix of them.
+type Hook any
+
+// HookBatch is called after every claimed batch is settled, on the relay
+// goroutine that handled it: keep it fast.
+type HookBatch interface {
+	OnBatch(ctx context.Context, b BatchInfo)
+}
+
+// HookDeadLetter is called for every event the relay dead-letters (moves to
+// failed), after the move has committed.
+type HookDeadLetter interface {
+	OnDeadLetter(ctx context.Context, event Event, err error)
+}
+
+// BatchInfo describes one claimed batch after it was settled.
+type BatchInfo struct {
+	RelayID string
+	// Events are the claimed events and Errors their publish results, in
+	// the same order (nil for delivered).
+	Events []Event
+	Errors []error
+	// Published, Retried, Dead and Released count the outcomes that
+	// committed; an outcome whose mark lost its lease is in none of them.
+	Published, Retried, Dead, Released int
+	// ClaimDuration, PublishDuration and MarkDuration time the three steps.
+	ClaimDuration   time.Duration
+	PublishDuration time.Duration
+	MarkDuration    time.Duration
+	// PublishedAt is when the sink returned, by the relay host's clock.
+	PublishedAt time.Time
+}

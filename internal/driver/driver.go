@@ -1,0 +1,176 @@
+// Package driver is the storage seam between the outbox engine and a
+// database. The relay, the writer and the operator commands speak only to the
+// interfaces here; each database (PostgreSQL first) implements them in its
+// own package, and all SQL lives in those packages.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Status values stored in outbox_events.status.
+const (
+	StatusPending    = "pending"
+	StatusProcessing = "processing"
+	StatusProcessed  = "processed"
+	StatusFailed     = "failed"
+)
+
+// ErrNotFound is returned when an event does not exist.
+var ErrNotFound = errors.New("event not found")
+
+// ErrNoTable is returned when the outbox table does not exist in the schema.
+var ErrNoTable = errors.New("outbox table not found")
+
+// Event is one row of outbox_events.
+type Event struct {
+	ID             int64
+	EventType      string
+	AggregateType  string
+	AggregateID    string
+	Payload        []byte
+	Headers        map[string]string
+	IdempotencyKey string
+	Status         string
+	Attempts       int
+	MaxAttempts    int // 0 when the row leaves it to the relay's default
+	LastError      string
+	AvailableAt    time.Time
+	LockedUntil    time.Time
+	LockedBy       string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	ProcessedAt    time.Time
+}
+
+// NewEvent is one event to insert.
+type NewEvent struct {
+	EventType      string
+	AggregateType  string
+	AggregateID    string
+	Payload        []byte // valid JSON
+	Headers        []byte // a JSON object
+	IdempotencyKey string // empty for none
+	MaxAttempts    int    // 0 for the relay default
+	Delay          time.Duration
+	AvailableAt    time.Time // zero for now() + Delay
+}
+
+// ClaimParams selects and leases a batch.
+type ClaimParams struct {
+	RelayID   string
+	BatchSize int
+	Lease     time.Duration
+}
+
+// Claim is a leased batch. LockedUntil is the lease's end as the database
+// set it; together with the relay ID it fences every later mark, so a relay
+// whose lease expired cannot overwrite a row another relay re-claimed.
+type Claim struct {
+	Events      []Event
+	LockedUntil time.Time
+}
+
+// Fence identifies the lease a mark must still hold to take effect.
+type Fence struct {
+	RelayID     string
+	LockedUntil time.Time
+}
+
+// Failure is one event's failed publish.
+type Failure struct {
+	ID        int64
+	Error     string
+	Permanent bool          // dead-letter at once
+	Delay     time.Duration // backoff before the next attempt
+}
+
+// FailResult reports what a failure mark did.
+type FailResult struct {
+	Retried []int64 // back to pending with a backoff
+	Dead    []int64 // moved to failed
+}
+
+// Stats are the counts an operator looks at first.
+type Stats struct {
+	Pending    int64
+	Processing int64
+	Processed  int64
+	Failed     int64
+	// OldestPendingAge is the age of the oldest due pending event, zero when
+	// none is due.
+	OldestPendingAge time.Duration
+}
+
+// ListParams filters and pages an event listing, newest first.
+type ListParams struct {
+	Status        string
+	EventType     string
+	AggregateType string
+	AggregateID   string
+	BeforeID      int64 // keyset: only events with a smaller ID; 0 for no bound
+	Limit         int
+}
+
+// PurgeParams selects finished events to delete.
+type PurgeParams struct {
+	Status    string        // processed or failed
+	OlderThan time.Duration // finished at least this long ago, by the database clock
+	BatchSize int
+}
+
+// Migration names one schema change.
+type Migration struct {
+	Version int
+	Name    string
+}
+
+// Driver is an outbox table in one schema of one database.
+type Driver interface {
+	// Migrate applies missing migrations under a lock that serializes
+	// concurrent migrators, and returns the ones it applied.
+	Migrate(ctx context.Context) ([]Migration, error)
+	// MigrationSQL returns every migration as one script.
+	MigrationSQL() string
+	// Migrations lists every migration the driver knows.
+	Migrations() []Migration
+	// SchemaVersion returns the highest applied migration, 0 for none.
+	SchemaVersion(ctx context.Context) (int, error)
+
+	// Ping checks that the database answers and the outbox table exists
+	// (ErrNoTable otherwise).
+	Ping(ctx context.Context) error
+
+	// Claim leases up to BatchSize due pending events.
+	Claim(ctx context.Context, p ClaimParams) (Claim, error)
+	// MarkProcessed marks published events processed; it returns how many
+	// rows still held the fence.
+	MarkProcessed(ctx context.Context, f Fence, ids []int64) (int64, error)
+	// MarkFailed records failed publishes: attempts+1, last_error, then
+	// pending after the delay or failed at max attempts (maxAttempts is the
+	// default for rows without their own) or at once when permanent.
+	MarkFailed(ctx context.Context, f Fence, maxAttempts int, failures []Failure) (FailResult, error)
+	// Release returns events to pending without spending an attempt.
+	Release(ctx context.Context, f Fence, ids []int64) (int64, error)
+	// RescueExpired returns up to limit events whose lease expired to
+	// pending.
+	RescueExpired(ctx context.Context, limit int) ([]int64, error)
+
+	// Stats counts events per status.
+	Stats(ctx context.Context) (Stats, error)
+	// ListEvents lists events, newest first.
+	ListEvents(ctx context.Context, p ListParams) ([]Event, error)
+	// GetEvent returns one event or ErrNotFound.
+	GetEvent(ctx context.Context, id int64) (Event, error)
+	// Requeue sets the given events whose status is one of from back to
+	// pending, due now, with attempts reset; it returns the IDs it changed.
+	Requeue(ctx context.Context, ids []int64, from []string) ([]int64, error)
+	// RequeueStatus requeues up to limit events with the given status and an
+	// ID above afterID, in ID order; it returns how many it changed and the
+	// highest ID it looked at, for the next call.
+	RequeueStatus(ctx context.Context, status string, afterID int64, limit int) (n int64, lastID int64, err error)
+	// PurgeBatch deletes one batch of finished events and returns how many.
+	PurgeBatch(ctx context.Context, p PurgeParams) (int64, error)
+}

@@ -1,0 +1,80 @@
+// Package pgdriver is the PostgreSQL storage driver, on pgx v5. Every SQL
+// statement the outbox runs against PostgreSQL is in this package, built once
+// per schema with quoted identifiers and bound parameters.
+package pgdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Driver is the outbox table in one schema, reached through a pgx pool.
+type Driver struct {
+	pool   *pgxpool.Pool
+	schema string
+	table  string // quoted, schema-qualified outbox_events
+	q      queries
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns the driver for the outbox table in schema.
+func New(pool *pgxpool.Pool, schema string) *Driver {
+	d := &Driver{pool: pool, schema: schema}
+	d.table = pgx.Identifier{schema, "outbox_events"}.Sanitize()
+	d.q = buildQueries(d.table)
+	return d
+}
+
+// Schema is the schema the driver works in.
+func (d *Driver) Schema() string { return d.schema }
+
+// Table is the quoted, schema-qualified name of the outbox table.
+func (d *Driver) Table() string { return d.table }
+
+// Ping checks the connection and that the table exists.
+func (d *Driver) Ping(ctx context.Context) error {
+	var exists bool
+	// to_regclass is NULL when the table is missing: no error, no aborted tx.
+	err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, d.table).Scan(&exists)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("%w: %s", driver.ErrNoTable, d.table)
+	}
+	return nil
+}
+
+// wrap turns a missing-table error into driver.ErrNoTable so callers can
+// tell the operator to migrate.
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("%w: %s", driver.ErrNoTable, pgErr.Message)
+	}
+	return err
+}
+
+// quoteIdent quotes one identifier.
+func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// expand replaces {{schema}} in a SQL template with the quoted schema.
+func expand(sqlText, schema string) string {
+	return strings.ReplaceAll(sqlText, "{{schema}}", quoteIdent(schema))
+}
+
+// WrapError maps a missing-table error to driver.ErrNoTable and leaves
+// others as they are.
+func WrapError(err error) error { return wrap(err) }

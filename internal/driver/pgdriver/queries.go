@@ -1,0 +1,150 @@
+package pgdriver
+
+import "strings"
+
+// queries holds every relay and operator statement for one table, built once.
+type queries struct {
+	claim, markProcessed, markFailed, release, rescue string
+	stats, get, requeue, requeueStatus                 string
+	purgeProcessed, purgeFailed                        string
+	listPrefix                                         string
+}
+
+// eventColumns is the column list scanned by scanEvent; prefix is a table
+// alias with its dot, or empty.
+func eventColumns(prefix string) string {
+	cols := []string{
+		"id", "event_type", "coalesce(%aggregate_type, '')", "coalesce(%aggregate_id, '')",
+		"payload", "headers", "coalesce(%idempotency_key, '')", "status", "attempts",
+		"coalesce(%max_attempts, 0)", "coalesce(%last_error, '')", "available_at",
+		"locked_until", "coalesce(%locked_by, '')", "created_at", "updated_at", "processed_at",
+	}
+	for i, c := range cols {
+		if strings.Contains(c, "%") {
+			cols[i] = strings.ReplaceAll(c, "%", prefix)
+		} else {
+			cols[i] = prefix + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+func buildQueries(t string) queries {
+	var q queries
+
+	// The claim locks due rows in a MATERIALIZED CTE, then updates exactly
+	// those. A CTE (not `id IN (SELECT … LIMIT n)`) can never lock more rows
+	// than the limit, and materializing it keeps the planner on the
+	// outbox_events_pending_idx range scan even under a generic plan.
+	// SKIP LOCKED lets any number of relays claim disjoint batches.
+	q.claim = `WITH due AS MATERIALIZED (
+    SELECT id FROM ` + t + `
+    WHERE status = 'pending' AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + t + ` AS e
+SET status = 'processing', locked_by = $2,
+    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+FROM due
+WHERE e.id = due.id
+RETURNING ` + eventColumns("e.")
+
+	// Marks are fenced on the lease they were claimed under: a relay whose
+	// lease expired and whose rows were re-claimed changes nothing.
+	// locked_by stays as a record of which relay handled the event last.
+	q.markProcessed = `UPDATE ` + t + `
+SET status = 'processed', processed_at = now(), updated_at = now(), locked_until = NULL
+WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
+
+	// One statement for the whole batch's failures. Whether an event is dead
+	// is decided here, from the row's own attempts and max_attempts, so an
+	// operator's change to max_attempts during the publish still counts.
+	q.markFailed = `UPDATE ` + t + ` AS e
+SET attempts = e.attempts + 1,
+    last_error = f.error,
+    status = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
+                  THEN 'failed' ELSE 'pending' END,
+    available_at = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
+                  THEN e.available_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+    locked_until = NULL,
+    updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, error, permanent, delay_ms)
+WHERE e.id = f.id AND e.status = 'processing' AND e.locked_by = $6 AND e.locked_until = $7
+RETURNING e.id, e.status`
+
+	q.release = `UPDATE ` + t + `
+SET status = 'pending', locked_until = NULL, updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
+
+	// Reads only outbox_events_processing_idx; SKIP LOCKED so it never waits
+	// on a relay that is marking the same rows right now.
+	q.rescue = `WITH expired AS MATERIALIZED (
+    SELECT id FROM ` + t + `
+    WHERE status = 'processing' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + t + ` AS e
+SET status = 'pending', locked_until = NULL, updated_at = now(),
+    last_error = 'lease expired while held by relay ' || coalesce(e.locked_by, 'unknown')
+FROM expired
+WHERE e.id = expired.id
+RETURNING e.id`
+
+	// pending, processing and failed are counted from their partial
+	// indexes; the oldest due pending event is the first entry of
+	// outbox_events_pending_idx.
+	q.stats = `SELECT
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'pending'),
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'processing'),
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'processed'),
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'failed'),
+    coalesce((SELECT extract(epoch FROM now() - available_at)::float8 FROM ` + t + `
+        WHERE status = 'pending' AND available_at <= now()
+        ORDER BY available_at, id LIMIT 1), 0)`
+
+	q.get = `SELECT ` + eventColumns("") + ` FROM ` + t + ` WHERE id = $1`
+	q.listPrefix = `SELECT ` + eventColumns("") + ` FROM ` + t
+
+	q.requeue = `UPDATE ` + t + `
+SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
+    processed_at = NULL, updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[])
+RETURNING id`
+
+	// Keyset over id so a long requeue of many events ends even while the
+	// relay fails some of them again.
+	q.requeueStatus = `WITH sel AS MATERIALIZED (
+    SELECT id FROM ` + t + `
+    WHERE status = $1 AND id > $2
+    ORDER BY id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + t + ` AS e
+SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
+    processed_at = NULL, updated_at = now()
+FROM sel
+WHERE e.id = sel.id
+RETURNING e.id`
+
+	// Purge deletes one bounded batch per statement (short locks, short
+	// transactions), oldest IDs first. `id = ANY(ARRAY(…))` bounds the batch
+	// exactly, as the claim's CTE does.
+	purge := func(tsColumn string) string {
+		return `DELETE FROM ` + t + `
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + t + `
+    WHERE status = $1 AND ` + tsColumn + ` < now() - $2::bigint * interval '1 millisecond'
+    ORDER BY id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+))`
+	}
+	q.purgeProcessed = purge("processed_at")
+	q.purgeFailed = purge("updated_at")
+	return q
+}

@@ -1,0 +1,122 @@
+package pgdriver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Claim leases a batch of due pending events.
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim, error) {
+	rows, err := d.pool.Query(ctx, d.q.claim, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
+	if err != nil {
+		return driver.Claim{}, wrap(err)
+	}
+	events, err := collectEvents(rows, p.BatchSize)
+	if err != nil {
+		return driver.Claim{}, wrap(err)
+	}
+	claim := driver.Claim{Events: events}
+	if len(events) > 0 {
+		claim.LockedUntil = events[0].LockedUntil
+	}
+	// RETURNING has no order; publish in claim order.
+	slices.SortFunc(claim.Events, func(a, b driver.Event) int {
+		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
+			return c
+		}
+		return int(a.ID - b.ID)
+	})
+	return claim, nil
+}
+
+// MarkProcessed marks published events processed.
+func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
+	tag, err := d.pool.Exec(ctx, d.q.markProcessed, ids, f.RelayID, f.LockedUntil)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// MarkFailed records failed publishes in one statement.
+func (d *Driver) MarkFailed(ctx context.Context, f driver.Fence, maxAttempts int, failures []driver.Failure) (driver.FailResult, error) {
+	ids := make([]int64, len(failures))
+	msgs := make([]string, len(failures))
+	permanent := make([]bool, len(failures))
+	delays := make([]int64, len(failures))
+	for i, fl := range failures {
+		ids[i], msgs[i], permanent[i], delays[i] = fl.ID, fl.Error, fl.Permanent, fl.Delay.Milliseconds()
+	}
+	rows, err := d.pool.Query(ctx, d.q.markFailed, ids, msgs, permanent, delays, maxAttempts, f.RelayID, f.LockedUntil)
+	if err != nil {
+		return driver.FailResult{}, wrap(err)
+	}
+	var res driver.FailResult
+	var id int64
+	var status string
+	_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+		if status == driver.StatusFailed {
+			res.Dead = append(res.Dead, id)
+		} else {
+			res.Retried = append(res.Retried, id)
+		}
+		return nil
+	})
+	return res, wrap(err)
+}
+
+// Release returns events to pending without spending an attempt.
+func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
+	tag, err := d.pool.Exec(ctx, d.q.release, ids, f.RelayID, f.LockedUntil)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// RescueExpired returns events whose lease expired to pending.
+func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) {
+	rows, err := d.pool.Query(ctx, d.q.rescue, limit)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, wrap(err)
+}
+
+// collectEvents scans rows in eventColumns order.
+func collectEvents(rows pgx.Rows, capacity int) ([]driver.Event, error) {
+	defer rows.Close()
+	events := make([]driver.Event, 0, capacity)
+	for rows.Next() {
+		var (
+			e           driver.Event
+			headers     []byte
+			lockedUntil *time.Time
+			processedAt *time.Time
+		)
+		err := rows.Scan(&e.ID, &e.EventType, &e.AggregateType, &e.AggregateID, &e.Payload, &headers,
+			&e.IdempotencyKey, &e.Status, &e.Attempts, &e.MaxAttempts, &e.LastError, &e.AvailableAt,
+			&lockedUntil, &e.LockedBy, &e.CreatedAt, &e.UpdatedAt, &processedAt)
+		if err != nil {
+			return nil, err
+		}
+		if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
+			return nil, fmt.Errorf("event %d: %w", e.ID, err)
+		}
+		if lockedUntil != nil {
+			e.LockedUntil = *lockedUntil
+		}
+		if processedAt != nil {
+			e.ProcessedAt = *processedAt
+		}
+		events = append(events, e)
+	}
+	return events, rows.Err()
+}

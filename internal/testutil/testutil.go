@@ -1,0 +1,141 @@
+// Package testutil gives tests a real PostgreSQL: a shared pool and a fresh,
+// migrated schema per test so every test can run in parallel.
+package testutil
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
+)
+
+// DatabaseURLDefault is the local test database.
+const DatabaseURLDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DatabaseURL is TEST_DATABASE_URL, or DatabaseURLDefault.
+func DatabaseURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DatabaseURLDefault
+}
+
+var (
+	poolOnce sync.Once
+	pool     *pgxpool.Pool
+	poolErr  error
+)
+
+// Pool returns a pool shared by the test binary. A missing database fails
+// the test with a message saying how to start one; it never skips.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	poolOnce.Do(func() {
+		cfg, err := pgxpool.ParseConfig(DatabaseURL())
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 24
+		cfg.ConnConfig.RuntimeParams["application_name"] = "outbox-test"
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pool, poolErr = pgxpool.NewWithConfig(ctx, cfg)
+		if poolErr == nil {
+			poolErr = pool.Ping(ctx)
+		}
+	})
+	if poolErr != nil {
+		t.Fatalf("PostgreSQL is not reachable at TEST_DATABASE_URL (default %s): %v; start it with scripts/test or set TEST_DATABASE_URL", DatabaseURLDefault, poolErr)
+	}
+	return pool
+}
+
+// NewPool returns a pool of its own for t, closed at cleanup, whose
+// connections carry applicationName (so a test can terminate them).
+func NewPool(t testing.TB, applicationName string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// SchemaName returns a unique schema name derived from the test's name.
+func SchemaName(t testing.TB) string {
+	base := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "t_" + base + "_" + hex.EncodeToString(b[:])
+}
+
+// Schema creates a fresh schema holding a migrated outbox table, dropped
+// when the test ends, and returns the shared pool and the schema's name.
+func Schema(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	p := Pool(t)
+	schema := SchemaName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pgdriver.Migrate(ctx, p, schema); err != nil {
+		t.Fatalf("migrate %s: %v", schema, err)
+	}
+	t.Cleanup(func() { DropSchema(t, p, schema) })
+	return p, schema
+}
+
+// EmptySchemaName returns a unique schema name that is dropped (if it was
+// created) when the test ends.
+func EmptySchemaName(t testing.TB) string {
+	p := Pool(t)
+	schema := SchemaName(t)
+	t.Cleanup(func() { DropSchema(t, p, schema) })
+	return schema
+}
+
+// DropSchema drops schema and everything in it.
+func DropSchema(t testing.TB, p *pgxpool.Pool, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		t.Errorf("drop schema %s: %v", schema, err)
+	}
+}
+
+// Table returns the quoted outbox_events table of schema.
+func Table(schema string) string { return pgx.Identifier{schema, "outbox_events"}.Sanitize() }
+
+// WaitFor polls cond every 10ms until it is true or timeout passes, then
+// fails the test with msg.
+func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, msg)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,175 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Manager runs the operator's actions on an outbox table: counts, listing,
+// retrying dead-lettered events, replaying delivered ones and purging
+// history. The CLI and the admin API are built on it.
+type Manager struct {
+	drv driver.Driver
+}
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	// Schema holds outbox_events. Defaults to SchemaDefault.
+	Schema string
+}
+
+// NewManager returns a Manager for the outbox table in db.
+func NewManager(db Database, cfg ManagerConfig) *Manager {
+	return &Manager{drv: db.Driver(schemaOrDefault(cfg.Schema))}
+}
+
+// Stats are event counts per status and the publisher's lag.
+type Stats struct {
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+	Processed  int64 `json:"processed"`
+	Failed     int64 `json:"failed"`
+	// OldestPendingAge is how long the oldest due pending event has waited:
+	// the relay's lag. Zero when nothing is due.
+	OldestPendingAge time.Duration `json:"-"`
+}
+
+// Ping checks that the database answers and the outbox table exists; it
+// returns an error wrapping ErrNoTable when it does not.
+func (m *Manager) Ping(ctx context.Context) error { return m.drv.Ping(ctx) }
+
+// Stats counts events per status.
+func (m *Manager) Stats(ctx context.Context) (Stats, error) {
+	s, err := m.drv.Stats(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
+		OldestPendingAge: s.OldestPendingAge}, nil
+}
+
+// ListParams filters an event listing. Zero fields do not filter.
+type ListParams struct {
+	Status        Status
+	EventType     string
+	AggregateType string
+	AggregateID   string
+	// BeforeID pages backwards: only events with a smaller ID. Pass the
+	// last ID of the previous page.
+	BeforeID int64
+	// Limit is the page size. Defaults to 50.
+	Limit int
+}
+
+// ListEvents returns events matching p, newest first.
+func (m *Manager) ListEvents(ctx context.Context, p ListParams) ([]Event, error) {
+	if p.Status != "" {
+		if _, err := ParseStatus(string(p.Status)); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := m.drv.ListEvents(ctx, driver.ListParams{
+		Status: string(p.Status), EventType: p.EventType, AggregateType: p.AggregateType,
+		AggregateID: p.AggregateID, BeforeID: p.BeforeID, Limit: p.Limit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return eventsFromRows(rows), nil
+}
+
+// Event returns one event, or an error wrapping ErrNotFound.
+func (m *Manager) Event(ctx context.Context, id int64) (Event, error) {
+	row, err := m.drv.GetEvent(ctx, id)
+	if err != nil {
+		return Event{}, err
+	}
+	return eventFromRow(&row), nil
+}
+
+// Retry sends failed (dead-lettered) events back to pending with their
+// attempts reset. It returns the IDs it changed; IDs that are missing or not
+// failed are left alone.
+func (m *Manager) Retry(ctx context.Context, ids ...int64) ([]int64, error) {
+	return m.drv.Requeue(ctx, ids, []string{driver.StatusFailed})
+}
+
+// Replay sends processed events back to pending so the relay publishes them
+// again. It returns the IDs it changed; IDs that are missing or not
+// processed are left alone.
+func (m *Manager) Replay(ctx context.Context, ids ...int64) ([]int64, error) {
+	return m.drv.Requeue(ctx, ids, []string{driver.StatusProcessed})
+}
+
+// Progress is told the running total of a long operation after each batch.
+type Progress func(done int64)
+
+// RetryAllFailed retries every failed event, in batches of batchSize (0 for
+// 1000) so no statement holds many locks. Events that fail again while it
+// runs are not retried twice. It returns how many it retried.
+func (m *Manager) RetryAllFailed(ctx context.Context, batchSize int, progress Progress) (int64, error) {
+	if batchSize <= 0 {
+		batchSize = 1000
+	}
+	var total, after int64
+	for {
+		n, last, err := m.drv.RequeueStatus(ctx, driver.StatusFailed, after, batchSize)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		after = last
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < int64(batchSize) {
+			return total, nil
+		}
+	}
+}
+
+// PurgeParams selects finished events to delete.
+type PurgeParams struct {
+	// Status is StatusProcessed (the default) or StatusFailed.
+	Status Status
+	// OlderThan keeps events finished more recently than this, by the
+	// database clock. Required.
+	OlderThan time.Duration
+	// BatchSize is how many rows one DELETE removes. Defaults to 1000.
+	BatchSize int
+}
+
+// Purge deletes finished events in batches, each its own short statement,
+// until none match. It returns how many it deleted.
+func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (int64, error) {
+	if p.Status == "" {
+		p.Status = StatusProcessed
+	}
+	if p.Status != StatusProcessed && p.Status != StatusFailed {
+		return 0, &ConfigError{Field: "status", Err: fmt.Errorf("%q cannot be purged: use processed or failed", p.Status)}
+	}
+	if p.OlderThan <= 0 {
+		return 0, &ConfigError{Field: "older-than", Err: errors.New("must be a positive duration")}
+	}
+	if p.BatchSize <= 0 {
+		p.BatchSize = 1000
+	}
+	var total int64
+	for {
+		n, err := m.drv.PurgeBatch(ctx, driver.PurgeParams{Status: string(p.Status), OlderThan: p.OlderThan, BatchSize: p.BatchSize})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < int64(p.BatchSize) {
+			return total, nil
+		}
+	}
+}

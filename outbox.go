@@ -1,0 +1,131 @@
+package outbox
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
+)
+
+// Status is an event's place in its lifecycle.
+type Status string
+
+// The statuses stored in outbox_events.status.
+const (
+	// StatusPending events wait to be claimed once available_at has passed.
+	StatusPending Status = driver.StatusPending
+	// StatusProcessing events are leased by a relay until locked_until.
+	StatusProcessing Status = driver.StatusProcessing
+	// StatusProcessed events were delivered to the sink.
+	StatusProcessed Status = driver.StatusProcessed
+	// StatusFailed events are dead-lettered: out of attempts or permanently
+	// rejected by the sink. An operator retries them.
+	StatusFailed Status = driver.StatusFailed
+)
+
+// ParseStatus returns the status named s, or an error listing the valid ones.
+func ParseStatus(s string) (Status, error) {
+	switch st := Status(s); st {
+	case StatusPending, StatusProcessing, StatusProcessed, StatusFailed:
+		return st, nil
+	}
+	return "", &ConfigError{Field: "status", Err: errUnknownStatus(s)}
+}
+
+// Event is a stored outbox event as the relay hands it to a sink and as the
+// operator commands show it.
+type Event struct {
+	// ID is the event's stable identity: it is the same on every delivery,
+	// so consumers drop duplicates on it.
+	ID             int64
+	EventType      string
+	AggregateType  string
+	AggregateID    string
+	Payload        json.RawMessage // the JSON payload as stored
+	Headers        map[string]string
+	IdempotencyKey string
+	Status         Status
+	// Attempts counts failed publishes so far.
+	Attempts int
+	// MaxAttempts is the event's own limit, or 0 for the relay's default.
+	MaxAttempts int
+	LastError   string
+	AvailableAt time.Time
+	LockedUntil time.Time
+	LockedBy    string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	ProcessedAt time.Time
+}
+
+// Header names the writer sets from Message's first-class fields. Sinks carry
+// them as CloudEvents extension attributes or broker headers.
+const (
+	HeaderCorrelationID = "correlation_id"
+	HeaderCausationID   = "causation_id"
+	HeaderSchemaVersion = "schema_version"
+	HeaderTraceParent   = "traceparent"
+	HeaderTraceState    = "tracestate"
+)
+
+// CorrelationID returns the event's correlation ID header.
+func (e *Event) CorrelationID() string { return e.Headers[HeaderCorrelationID] }
+
+// CausationID returns the event's causation ID header.
+func (e *Event) CausationID() string { return e.Headers[HeaderCausationID] }
+
+// SchemaVersion returns the event's schema version header.
+func (e *Event) SchemaVersion() string { return e.Headers[HeaderSchemaVersion] }
+
+func eventFromRow(r *driver.Event) Event {
+	return Event{
+		ID: r.ID, EventType: r.EventType, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		Payload: r.Payload, Headers: r.Headers, IdempotencyKey: r.IdempotencyKey,
+		Status: Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, LastError: r.LastError,
+		AvailableAt: r.AvailableAt, LockedUntil: r.LockedUntil, LockedBy: r.LockedBy,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ProcessedAt: r.ProcessedAt,
+	}
+}
+
+func eventsFromRows(rows []driver.Event) []Event {
+	events := make([]Event, len(rows))
+	for i := range rows {
+		events[i] = eventFromRow(&rows[i])
+	}
+	return events
+}
+
+// Database is the database that holds the outbox table. Make one with
+// Postgres; the relay, the Manager and outboxmigrate take it.
+type Database interface {
+	// Driver returns the storage driver for the outbox table in schema. It
+	// is for outbox's own packages; applications have no use for it.
+	Driver(schema string) driver.Driver
+}
+
+// Postgres returns the PostgreSQL database reached through pool.
+//
+// The relay runs short single statements on the pool. A pool made for the
+// relay alone can name itself in pg_stat_activity: set
+// config.ConnConfig.RuntimeParams["application_name"] before creating it (the
+// outbox CLI uses "outbox-relay:<relay-id>").
+func Postgres(pool *pgxpool.Pool) Database { return pgDatabase{pool: pool} }
+
+type pgDatabase struct{ pool *pgxpool.Pool }
+
+func (p pgDatabase) Driver(schema string) driver.Driver {
+	return pgdriver.New(p.pool, schemaOrDefault(schema))
+}
+
+// SchemaDefault is the schema that holds outbox_events unless configured.
+const SchemaDefault = "public"
+
+func schemaOrDefault(s string) string {
+	if s == "" {
+		return SchemaDefault
+	}
+	return s
+}

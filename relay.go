@@ -1,0 +1,455 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxkit/outbox/internal/backoff"
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Relay moves events from the outbox table to a sink: it claims due pending
+// events in batches under a lease, publishes them and marks them processed,
+// retries failures with backoff and dead-letters events that run out of
+// attempts. Any number of relays may serve one table.
+type Relay struct {
+	cfg  RelayConfig
+	drv  driver.Driver
+	log  *slog.Logger
+	wake chan struct{}
+
+	batchHooks []HookBatch
+	deadHooks  []HookDeadLetter
+
+	mu       sync.Mutex
+	started  bool
+	stopping chan struct{}      // closed by Stop: claim no more
+	hardStop context.CancelFunc // cancels in-flight publishes
+	done     chan struct{}      // closed when every goroutine has returned
+}
+
+// maxErrorLen bounds last_error so a sink that returns a whole HTTP body
+// cannot bloat the table.
+const maxErrorLen = 2000
+
+// NewRelay returns a relay for the outbox table in db. It checks cfg but
+// does not touch the database until Start.
+func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
+	if db == nil {
+		return nil, &ConfigError{Field: "db", Err: errors.New("is nil")}
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{
+		cfg:  cfg,
+		drv:  db.Driver(cfg.Schema),
+		log:  cfg.Logger.With(slog.String("component", "outbox.relay"), slog.String("relay_id", cfg.RelayID)),
+		wake: make(chan struct{}, 1),
+	}
+	for _, h := range cfg.Hooks {
+		if b, ok := h.(HookBatch); ok {
+			r.batchHooks = append(r.batchHooks, b)
+		}
+		if d, ok := h.(HookDeadLetter); ok {
+			r.deadHooks = append(r.deadHooks, d)
+		}
+	}
+	return r, nil
+}
+
+// ID is the relay's ID, as stored in locked_by.
+func (r *Relay) ID() string { return r.cfg.RelayID }
+
+// Config is the relay's configuration with defaults filled in.
+func (r *Relay) Config() RelayConfig { return r.cfg }
+
+// Wake makes an idle relay claim at once instead of waiting out its poll
+// interval. Call it after committing a transaction that wrote events when
+// the writer and the relay share a process. It never blocks.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start checks that the outbox table exists and starts the relay's
+// goroutines. They run until Stop; ctx is used only for the check and for
+// its values.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("outbox: relay already started")
+	}
+	if err := r.drv.Ping(ctx); err != nil {
+		if errors.Is(err, ErrNoTable) {
+			return fmt.Errorf("outbox relay: %w (run outbox migrate)", err)
+		}
+		return fmt.Errorf("outbox relay: database: %w", err)
+	}
+	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	r.started = true
+	r.stopping = make(chan struct{})
+	r.hardStop = hardStop
+	r.done = make(chan struct{})
+
+	var wg sync.WaitGroup
+	for i := range r.cfg.Workers {
+		wg.Go(func() { r.claimLoop(workCtx, i) })
+	}
+	wg.Go(func() { r.rescueLoop(workCtx) })
+	go func() {
+		wg.Wait()
+		close(r.done)
+	}()
+	r.log.Info("relay started", slog.String("schema", r.cfg.Schema), slog.Int("batch_size", r.cfg.BatchSize),
+		slog.Int("workers", r.cfg.Workers), slog.Duration("poll_interval", r.cfg.PollInterval),
+		slog.Duration("lease", r.cfg.Lease))
+	return nil
+}
+
+// Stop stops claiming, lets in-flight batches finish publishing and be
+// marked, and returns when the relay is idle. If ctx ends first, in-flight
+// publishes are cancelled and their events released to pending without
+// spending an attempt; Stop then waits for the release and returns
+// ctx.Err(). Stop on a relay that is not running returns nil.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started {
+		r.mu.Unlock()
+		return nil
+	}
+	select {
+	case <-r.stopping:
+	default:
+		close(r.stopping)
+	}
+	done, hardStop := r.done, r.hardStop
+	r.mu.Unlock()
+
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		hardStop()
+		<-done
+	}
+	hardStop()
+	r.mu.Lock()
+	r.started = false
+	r.mu.Unlock()
+	r.log.Info("relay stopped")
+	return err
+}
+
+// Run starts the relay and blocks until ctx ends, then stops it gracefully
+// within ShutdownTimeout. It returns nil after a clean stop.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := r.Stop(stopCtx); err != nil {
+		return fmt.Errorf("outbox relay: shutdown: in-flight events released: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) isStopping() bool {
+	select {
+	case <-r.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d, or less when the relay stops or is woken; it reports false
+// when the relay is stopping.
+func (r *Relay) sleep(d time.Duration, wakeable bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = r.wake
+	}
+	select {
+	case <-r.stopping:
+		return false
+	case <-wake:
+		return true
+	case <-t.C:
+		return true
+	}
+}
+
+// claimLoop claims, publishes and settles batches until the relay stops.
+func (r *Relay) claimLoop(ctx context.Context, worker int) {
+	log := r.log.With(slog.Int("worker", worker))
+	failures := 0
+	for !r.isStopping() {
+		start := time.Now()
+		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize, Lease: r.cfg.Lease})
+		if err != nil {
+			if r.isStopping() || ctx.Err() != nil {
+				return
+			}
+			failures++
+			wait := backoff.Exponential(failures-1, 100*time.Millisecond, 5*time.Second)
+			log.Warn("claim failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+			if !r.sleep(wait, false) {
+				return
+			}
+			continue
+		}
+		if failures > 0 {
+			log.Info("claims resumed", slog.Int("failed_claims", failures))
+			failures = 0
+		}
+		if n := len(claim.Events); n > 0 {
+			log.Debug("claimed", slog.Int("batch_size", n))
+			r.handle(ctx, claim, time.Since(start))
+			if n == r.cfg.BatchSize {
+				continue // more are likely due: claim again at once
+			}
+		}
+		if !r.sleep(r.cfg.PollInterval, true) {
+			return
+		}
+	}
+}
+
+// handle publishes a claimed batch and settles every event's outcome.
+func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration) {
+	events := eventsFromRows(claim.Events)
+	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil}
+	// Marks must land even while the relay shuts down, but never after the
+	// lease: by then another relay may own the rows (the fence would make
+	// the mark a no-op anyway).
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease-claimDur)
+	defer cancel()
+	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
+
+	if r.isStopping() {
+		// Claimed while Stop was being called: hand the events back unpublished.
+		info.Errors = BatchError(len(events), errStopped)
+		info.Released = r.release(settleCtx, fence, ids(events))
+		r.runBatchHooks(ctx, info)
+		return
+	}
+
+	pubStart := time.Now()
+	errs := r.publish(ctx, events)
+	info.PublishedAt = time.Now()
+	info.PublishDuration = info.PublishedAt.Sub(pubStart)
+	info.Errors = errs
+
+	var (
+		done     []int64
+		released []int64
+		failures []driver.Failure
+		byID     = make(map[int64]int, len(events))
+	)
+	hardStopped := ctx.Err() != nil
+	for i := range events {
+		e := &events[i]
+		byID[e.ID] = i
+		switch err := errs[i]; {
+		case err == nil:
+			done = append(done, e.ID)
+		case hardStopped && !IsPermanent(err):
+			// Cancelled by a hard stop, not by the sink: no attempt spent.
+			released = append(released, e.ID)
+		default:
+			failures = append(failures, driver.Failure{
+				ID: e.ID, Error: truncate(err.Error()), Permanent: IsPermanent(err),
+				Delay: backoff.Exponential(e.Attempts+1, r.cfg.BackoffBase, r.cfg.BackoffMax),
+			})
+		}
+	}
+
+	markStart := time.Now()
+	if len(done) > 0 {
+		info.Published = r.markProcessed(settleCtx, fence, done)
+	}
+	if len(failures) > 0 {
+		res := r.markFailed(settleCtx, fence, failures)
+		info.Retried, info.Dead = len(res.Retried), len(res.Dead)
+		for _, id := range res.Dead {
+			e := events[byID[id]]
+			err := errs[byID[id]]
+			e.Status, e.Attempts, e.LastError = StatusFailed, e.Attempts+1, truncate(err.Error())
+			r.deadLetter(settleCtx, e, err)
+		}
+	}
+	if len(released) > 0 {
+		info.Released = r.release(settleCtx, fence, released)
+	}
+	info.MarkDuration = time.Since(markStart)
+	r.runBatchHooks(ctx, info)
+}
+
+// publish calls the sink under the sink timeout and normalizes its answer
+// to one error per event.
+func (r *Relay) publish(ctx context.Context, events []Event) (errs []error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.SinkTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("sink panicked", slog.Any("panic", p))
+			errs = BatchError(len(events), fmt.Errorf("sink panicked: %v", p))
+		}
+	}()
+	errs = r.cfg.Sink.Publish(ctx, events)
+	switch {
+	case errs == nil:
+		return make([]error, len(events))
+	case len(errs) != len(events):
+		return BatchError(len(events), fmt.Errorf("sink returned %d results for %d events", len(errs), len(events)))
+	}
+	return errs
+}
+
+func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) int {
+	var n int64
+	r.retryDB(ctx, "mark processed", func() (err error) {
+		n, err = r.drv.MarkProcessed(ctx, f, idList)
+		return err
+	})
+	r.reportLostLease("processed", len(idList), n)
+	return int(n)
+}
+
+func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []driver.Failure) driver.FailResult {
+	var res driver.FailResult
+	r.retryDB(ctx, "mark failed", func() (err error) {
+		res, err = r.drv.MarkFailed(ctx, f, r.cfg.MaxAttempts, failures)
+		return err
+	})
+	r.reportLostLease("failed", len(failures), int64(len(res.Retried)+len(res.Dead)))
+	for _, fl := range failures {
+		r.log.Debug("publish failed", slog.Int64("event_id", fl.ID), slog.Bool("permanent", fl.Permanent), slog.String("error", fl.Error))
+	}
+	return res
+}
+
+func (r *Relay) release(ctx context.Context, f driver.Fence, idList []int64) int {
+	var n int64
+	r.retryDB(ctx, "release", func() (err error) {
+		n, err = r.drv.Release(ctx, f, idList)
+		return err
+	})
+	return int(n)
+}
+
+// reportLostLease logs marks that found their rows re-claimed: the events
+// were (or will be) published again by the relay that holds them now.
+func (r *Relay) reportLostLease(mark string, want int, got int64) {
+	if int64(want) != got {
+		r.log.Warn("lease lost before mark; another relay owns the events",
+			slog.String("mark", mark), slog.Int("events", want), slog.Int64("marked", got))
+	}
+}
+
+// retryDB runs op until it succeeds or ctx (the lease) ends. Database
+// errors never consume an event's attempts: if the lease runs out, the
+// events are rescued and published again.
+func (r *Relay) retryDB(ctx context.Context, what string, op func() error) {
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil {
+			return
+		}
+		wait := backoff.Exponential(attempt, 50*time.Millisecond, 2*time.Second)
+		r.log.Warn(what+" failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			r.log.Error(what+" abandoned: the lease ran out; the events will be rescued and published again",
+				slog.String("error", err.Error()))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) deadLetter(ctx context.Context, e Event, err error) {
+	r.log.Error("event dead-lettered", slog.Int64("event_id", e.ID), slog.String("event_type", e.EventType),
+		slog.Int("attempts", e.Attempts), slog.Bool("permanent", IsPermanent(err)), slog.String("error", e.LastError))
+	for _, h := range r.deadHooks {
+		r.safeHook(func() { h.OnDeadLetter(ctx, e, err) })
+	}
+}
+
+func (r *Relay) runBatchHooks(ctx context.Context, info BatchInfo) {
+	for _, h := range r.batchHooks {
+		r.safeHook(func() { h.OnBatch(ctx, info) })
+	}
+}
+
+// safeHook keeps a panicking hook from killing the relay.
+func (r *Relay) safeHook(call func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("hook panicked", slog.Any("panic", p))
+		}
+	}()
+	call()
+}
+
+// rescueLoop returns events whose lease expired to pending.
+func (r *Relay) rescueLoop(ctx context.Context) {
+	const limit = 1000
+	for {
+		for {
+			rescued, err := r.drv.RescueExpired(ctx, limit)
+			if err != nil {
+				if ctx.Err() == nil && !r.isStopping() {
+					r.log.Warn("lease rescue failed", slog.String("error", err.Error()))
+				}
+				break
+			}
+			if len(rescued) > 0 {
+				r.log.Warn("rescued events whose lease expired", slog.Int("events", len(rescued)))
+				r.Wake()
+			}
+			if len(rescued) < limit {
+				break
+			}
+		}
+		if !r.sleep(r.cfg.RescueInterval, false) {
+			return
+		}
+	}
+}
+
+func ids(events []Event) []int64 {
+	out := make([]int64, len(events))
+	for i := range events {
+		out[i] = events[i].ID
+	}
+	return out
+}
+
+func truncate(s string) string {
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	s = s[:maxErrorLen]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}

@@ -1,0 +1,35 @@
+package outbox
+
+import "context"
+
+// Sink delivers events to where they are going: a broker, a webhook, an
+// in-process handler.
+//
+// Publish delivers a batch and returns one error per event, in order: nil
+// for an event that was delivered (acknowledged by the broker), an error for
+// one that was not. Errors are retried with backoff unless wrapped with
+// Permanent. Returning a nil slice means every event was delivered. A slice
+// of the wrong length is a sink bug; the relay then retries the whole batch.
+//
+// Publish must return when ctx ends; the relay bounds each call by its sink
+// timeout, which is shorter than the lease. Publish may be called from
+// several goroutines at once.
+type Sink interface {
+	Publish(ctx context.Context, events []Event) []error
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(ctx context.Context, events []Event) []error
+
+// Publish calls f.
+func (f SinkFunc) Publish(ctx context.Context, events []Event) []error { return f(ctx, events) }
+
+// BatchError returns n copies of err: the result for a batch that failed as
+// a whole, such as on a lost connection.
+func BatchError(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}

@@ -1,0 +1,244 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
+)
+
+// Message is one event to write into the outbox.
+type Message struct {
+	// EventType names what happened, such as "order.created". Required.
+	EventType string
+	// AggregateType and AggregateID name the entity the event is about.
+	// Brokers that partition (Kafka) key on AggregateID.
+	AggregateType string
+	AggregateID   string
+	// Payload is the event's data. []byte and json.RawMessage are stored as
+	// they are and must be valid JSON; any other value is marshalled with
+	// encoding/json.
+	Payload any
+	// Headers are carried with the event to the sink (broker headers,
+	// CloudEvents extension attributes).
+	Headers map[string]string
+	// CorrelationID, CausationID and SchemaVersion are stored in Headers
+	// under correlation_id, causation_id and schema_version.
+	CorrelationID string
+	CausationID   string
+	SchemaVersion string
+	// IdempotencyKey, when set, makes the write skip this message if an
+	// event with the same key exists. See IdempotencyKey for the classic
+	// deterministic key.
+	IdempotencyKey string
+	// Delay holds the event back for this long after the transaction's
+	// start, by the database clock.
+	Delay time.Duration
+	// AvailableAt, when set, is when the event becomes due; it overrides
+	// Delay.
+	AvailableAt time.Time
+	// MaxAttempts overrides the relay's limit on failed publishes for this
+	// event; 0 uses the relay's.
+	MaxAttempts int
+}
+
+// IdempotencyKey returns the deterministic key
+// aggregateType:aggregateID:eventType:YYYY-MM-DD, with the date of t in UTC:
+// the same business event on the same day is written once however often the
+// code that writes it runs.
+func IdempotencyKey(aggregateType, aggregateID, eventType string, t time.Time) string {
+	return aggregateType + ":" + aggregateID + ":" + eventType + ":" + t.UTC().Format(time.DateOnly)
+}
+
+// WriteResult reports what a write stored.
+type WriteResult struct {
+	// IDs has one entry per message, in order: the new event's ID, or 0 for
+	// a message skipped as a duplicate.
+	IDs []int64
+	// Duplicates lists the positions of messages skipped because an event
+	// with their idempotency key already exists.
+	Duplicates []int
+}
+
+// PgxTx is what Writer.Write needs from a transaction: pgx.Tx, pgx.Conn and
+// pgxpool.Pool all have it.
+type PgxTx interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// SQLTx is what Writer.WriteSQL needs from a transaction: *sql.Tx (and
+// *sql.DB, *sql.Conn) opened with the pgx stdlib driver.
+type SQLTx interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// WriterConfig configures a Writer.
+type WriterConfig struct {
+	// Schema holds outbox_events. Defaults to SchemaDefault.
+	Schema string
+}
+
+// Writer writes events into the outbox inside the caller's transaction, so
+// they commit or roll back with the business rows beside them. It is safe for
+// concurrent use.
+type Writer struct {
+	insert pgdriver.Insert
+}
+
+// NewWriter returns a Writer for the outbox table in cfg.Schema.
+func NewWriter(cfg WriterConfig) *Writer {
+	return &Writer{insert: pgdriver.NewInsert(schemaOrDefault(cfg.Schema))}
+}
+
+// Write stores msgs in tx with one round trip. A message whose idempotency
+// key already exists is skipped and reported in WriteResult.Duplicates; it
+// does not abort tx. Invalid messages are refused with a *MessageError before
+// anything is sent.
+func (w *Writer) Write(ctx context.Context, tx PgxTx, msgs ...Message) (WriteResult, error) {
+	events, err := prepare(msgs)
+	if err != nil || len(events) == 0 {
+		return WriteResult{}, err
+	}
+	rows, err := tx.Query(ctx, w.insert.SQL, w.insert.Args(events)...)
+	if err != nil {
+		return WriteResult{}, writeErr(err)
+	}
+	return collectIDs(len(msgs), rows)
+}
+
+// WriteSQL is Write for a database/sql transaction on the pgx stdlib driver.
+func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, msgs ...Message) (WriteResult, error) {
+	events, err := prepare(msgs)
+	if err != nil || len(events) == 0 {
+		return WriteResult{}, err
+	}
+	rows, err := tx.QueryContext(ctx, w.insert.SQL, w.insert.Args(events)...)
+	if err != nil {
+		return WriteResult{}, writeErr(err)
+	}
+	return collectIDs(len(msgs), rows)
+}
+
+// rowScanner is the part of pgx.Rows and *sql.Rows the writer reads.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+func collectIDs(n int, rows rowScanner) (WriteResult, error) {
+	if c, ok := rows.(interface{ Close() }); ok {
+		defer c.Close()
+	} else if c, ok := rows.(interface{ Close() error }); ok {
+		defer func() { _ = c.Close() }()
+	}
+	res := WriteResult{IDs: make([]int64, n)}
+	for rows.Next() {
+		var ord, id int64
+		if err := rows.Scan(&ord, &id); err != nil {
+			return WriteResult{}, writeErr(err)
+		}
+		res.IDs[ord-1] = id
+	}
+	if err := rows.Err(); err != nil {
+		return WriteResult{}, writeErr(err)
+	}
+	for i, id := range res.IDs {
+		if id == 0 {
+			res.Duplicates = append(res.Duplicates, i)
+		}
+	}
+	return res, nil
+}
+
+func writeErr(err error) error {
+	err = driverErr(err)
+	if errors.Is(err, ErrNoTable) {
+		return fmt.Errorf("write outbox events: %w (run outbox migrate)", err)
+	}
+	return fmt.Errorf("write outbox events: %w", err)
+}
+
+// driverErr maps database errors that name a missing table to ErrNoTable.
+func driverErr(err error) error { return pgdriver.WrapError(err) }
+
+// prepare validates msgs and encodes their payloads and headers.
+func prepare(msgs []Message) ([]driver.NewEvent, error) {
+	events := make([]driver.NewEvent, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		if m.EventType == "" {
+			return nil, &MessageError{Index: i, Field: "EventType", Err: errors.New("is empty: every event needs a type")}
+		}
+		if m.MaxAttempts < 0 {
+			return nil, &MessageError{Index: i, Field: "MaxAttempts", Err: errors.New("is negative: use 0 for the relay default")}
+		}
+		if m.Delay < 0 {
+			return nil, &MessageError{Index: i, Field: "Delay", Err: errors.New("is negative")}
+		}
+		payload, err := encodePayload(m.Payload)
+		if err != nil {
+			return nil, &MessageError{Index: i, Field: "Payload", Err: err}
+		}
+		headers, err := encodeHeaders(m)
+		if err != nil {
+			return nil, &MessageError{Index: i, Field: "Headers", Err: err}
+		}
+		events[i] = driver.NewEvent{
+			EventType: m.EventType, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+			Payload: payload, Headers: headers, IdempotencyKey: m.IdempotencyKey,
+			MaxAttempts: m.MaxAttempts, Delay: m.Delay, AvailableAt: m.AvailableAt,
+		}
+	}
+	return events, nil
+}
+
+func encodePayload(p any) ([]byte, error) {
+	var raw []byte
+	switch v := p.(type) {
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	if !json.Valid(raw) {
+		return nil, errors.New("is not valid JSON: pass JSON bytes or a value to marshal")
+	}
+	return raw, nil
+}
+
+func encodeHeaders(m *Message) ([]byte, error) {
+	if len(m.Headers) == 0 && m.CorrelationID == "" && m.CausationID == "" && m.SchemaVersion == "" {
+		return []byte("{}"), nil
+	}
+	h := make(map[string]string, len(m.Headers)+3)
+	for k, v := range m.Headers {
+		if k == "" {
+			return nil, errors.New("has an empty name")
+		}
+		h[k] = v
+	}
+	setIf(h, HeaderCorrelationID, m.CorrelationID)
+	setIf(h, HeaderCausationID, m.CausationID)
+	setIf(h, HeaderSchemaVersion, m.SchemaVersion)
+	return json.Marshal(h)
+}
+
+func setIf(h map[string]string, k, v string) {
+	if v != "" {
+		h[k] = v
+	}
+}
