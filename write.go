@@ -110,6 +110,7 @@ func (w *Writer) Write(ctx context.Context, tx PgxTx, msgs ...Message) (WriteRes
 	if err != nil {
 		return WriteResult{}, writeErr(err)
 	}
+	defer rows.Close()
 	return collectIDs(len(msgs), rows)
 }
 
@@ -123,7 +124,12 @@ func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, msgs ...Message) (Write
 	if err != nil {
 		return WriteResult{}, writeErr(err)
 	}
-	return collectIDs(len(msgs), rows)
+	defer func() { _ = rows.Close() }()
+	res, err := collectIDs(len(msgs), rows)
+	if err != nil {
+		return res, err
+	}
+	return res, writeErr(rows.Err())
 }
 
 // rowScanner is the part of pgx.Rows and *sql.Rows the writer reads.
@@ -133,12 +139,8 @@ type rowScanner interface {
 	Err() error
 }
 
+// collectIDs reads (ordinal, id) rows; the caller closes rows.
 func collectIDs(n int, rows rowScanner) (WriteResult, error) {
-	if c, ok := rows.(interface{ Close() }); ok {
-		defer c.Close()
-	} else if c, ok := rows.(interface{ Close() error }); ok {
-		defer func() { _ = c.Close() }()
-	}
 	res := WriteResult{IDs: make([]int64, n)}
 	for rows.Next() {
 		var ord, id int64
@@ -159,6 +161,9 @@ func collectIDs(n int, rows rowScanner) (WriteResult, error) {
 }
 
 func writeErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	err = driverErr(err)
 	if errors.Is(err, ErrNoTable) {
 		return fmt.Errorf("write outbox events: %w (run outbox migrate)", err)

@@ -17,8 +17,10 @@ import (
 )
 
 type writeBundle struct {
-	ctx    context.Context
-	pool   interface{ Begin(context.Context) (pgx.Tx, error) }
+	ctx  context.Context
+	pool interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}
 	db     outbox.Database
 	mgr    *outbox.Manager
 	writer *outbox.Writer

@@ -126,7 +126,9 @@ func (d *Driver) MigrationSQL() string { return MigrationSQL(d.schema) }
 func (d *Driver) Migrations() []driver.Migration { return infos(Migrations()) }
 
 // SchemaVersion returns the highest applied migration.
-func (d *Driver) SchemaVersion(ctx context.Context) (int, error) { return Version(ctx, d.pool, d.schema) }
+func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
+	return Version(ctx, d.pool, d.schema)
+}
 
 func infos(ms []Migration) []driver.Migration {
 	out := make([]driver.Migration, len(ms))

@@ -5,9 +5,9 @@ import "strings"
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
 	claim, markProcessed, markFailed, release, rescue string
-	stats, get, requeue, requeueStatus                 string
-	purgeProcessed, purgeFailed                        string
-	listPrefix                                         string
+	stats, get, requeue, requeueStatus                string
+	purgeProcessed, purgeFailed                       string
+	listPrefix                                        string
 }
 
 // eventColumns is the column list scanned by scanEvent; prefix is a table
