@@ -64,7 +64,8 @@ type RelayConfig struct {
 	RescueInterval time.Duration
 	// ShutdownTimeout bounds Run's graceful stop: in-flight batches that do
 	// not finish in time are cancelled and released. Defaults to SinkTimeout
-	// plus 5 seconds, which is within the lease.
+	// plus 5 seconds, at most a second less than the lease, so a stopping
+	// relay never holds a lease past its end.
 	ShutdownTimeout time.Duration
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -88,7 +89,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	setDefault(&c.BackoffBase, BackoffBaseDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
-	setDefault(&c.ShutdownTimeout, c.SinkTimeout+5*time.Second)
+	setDefault(&c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, c.Lease-time.Second))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
