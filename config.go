@@ -89,7 +89,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	setDefault(&c.BackoffBase, BackoffBaseDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
-	setDefault(&c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, c.Lease-time.Second))
+	setDefault(&c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, max(c.Lease-time.Second, c.Lease/2)))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
