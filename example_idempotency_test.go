@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -37,13 +36,13 @@ func ExampleWriter_Write_idempotencyKey() {
 	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	schema := fmt.Sprintf("example_idempotency_%d", rand.Uint32())
 	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	if _, err := outboxmigrate.Migrate(ctx, outbox.Postgres(pool), outboxmigrate.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
@@ -64,7 +63,7 @@ func ExampleWriter_Write_idempotencyKey() {
 			return nil
 		})
 		if err != nil {
-			log.Fatal(err)
+			panic(err)
 		}
 	}
 	// Output:

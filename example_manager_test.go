@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -25,14 +24,14 @@ func ExampleManager() {
 	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	db := outbox.Postgres(pool)
 	schema := fmt.Sprintf("example_manager_%d", rand.Uint32())
 	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	if _, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	// A sink that refuses everything; Permanent skips the retries.
@@ -46,10 +45,10 @@ func ExampleManager() {
 		}),
 	})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	if err := relay.Start(ctx); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -57,24 +56,24 @@ func ExampleManager() {
 		return err
 	})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	relay.Wake()
 	<-rejected
 	if err := relay.Stop(ctx); err != nil { // waits for the failure to be recorded
-		log.Fatal(err)
+		panic(err)
 	}
 
 	mgr := outbox.NewManager(db, outbox.ManagerConfig{Schema: schema})
 	stats, err := mgr.Stats(ctx)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Printf("pending=%d failed=%d\n", stats.Pending, stats.Failed)
 
 	failed, err := mgr.ListEvents(ctx, outbox.ListParams{Status: outbox.StatusFailed})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	for _, e := range failed {
 		fmt.Printf("event %d %s: attempts=%d last_error=%q\n", e.ID, e.EventType, e.Attempts, e.LastError)
@@ -82,12 +81,12 @@ func ExampleManager() {
 
 	retried, err := mgr.Retry(ctx, failed[0].ID)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println("retried:", retried)
 	stats, err = mgr.Stats(ctx)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Printf("pending=%d failed=%d\n", stats.Pending, stats.Failed)
 	// Output:

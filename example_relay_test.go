@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -24,14 +23,14 @@ func ExampleRelay() {
 	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	db := outbox.Postgres(pool)
 	schema := fmt.Sprintf("example_relay_%d", rand.Uint32())
 	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	if _, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	delivered := make(chan outbox.Event, 1)
@@ -51,10 +50,10 @@ func ExampleRelay() {
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	if err := relay.Start(ctx); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
@@ -66,7 +65,7 @@ func ExampleRelay() {
 		return err
 	})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	relay.Wake() // claim now instead of at the next poll
 
@@ -75,11 +74,11 @@ func ExampleRelay() {
 
 	// Stop lets the batch in flight be marked before it returns.
 	if err := relay.Stop(ctx); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	stats, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: schema}).Stats(ctx)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println("processed:", stats.Processed, "pending:", stats.Pending)
 	// Output:

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log"
 	"math/rand/v2"
 	"os"
 
@@ -22,7 +21,7 @@ func ExampleWriter_Write() {
 	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 
@@ -31,11 +30,11 @@ func ExampleWriter_Write() {
 	schema := fmt.Sprintf("example_write_%d", rand.Uint32())
 	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	if _, err := outboxmigrate.Migrate(ctx, outbox.Postgres(pool), outboxmigrate.Config{Schema: schema}); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	orders := pgx.Identifier{schema, "orders"}.Sanitize()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+orders+" (id text PRIMARY KEY, total numeric NOT NULL)"); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
@@ -62,14 +61,14 @@ func ExampleWriter_Write() {
 		return nil
 	})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	// The events are pending until a relay claims them.
 	mgr := outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: schema})
 	e, err := mgr.Event(ctx, 1)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println(e.EventType, e.Status, string(e.Payload), e.CorrelationID())
 	// Output:
