@@ -1,0 +1,167 @@
+// Package cli is the outbox command line. The root command and its global
+// flags are here; each command lives in a file of its own and is built on the
+// outbox package's Manager, Relay and outboxmigrate, so the CLI holds no SQL
+// and no defaults of its own.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0 // success
+	ExitFailure = 1 // the command ran and failed: database unreachable, table missing, event not found
+	ExitUsage   = 2 // bad usage: unknown command or flag, bad flag value or URL, invalid configuration
+)
+
+// Environment variables read as flag defaults.
+const (
+	EnvDatabaseURL   = "OUTBOX_DATABASE_URL"
+	EnvWebhookSecret = "OUTBOX_WEBHOOK_SECRET"
+)
+
+// Main runs the outbox command with args (without the program name) on the
+// process's standard streams and returns the exit code.
+func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, restore the default handling so that a second
+	// one kills a process whose graceful stop takes too long.
+	context.AfterFunc(ctx, stop)
+	return Run(ctx, args, os.Stdout, os.Stderr)
+}
+
+// Run runs the outbox command with args, writing results to stdout and
+// errors, logs and progress to stderr, and returns the exit code. Cancelling
+// ctx stops the command: the relay stops gracefully, other commands fail.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, redact: &redactor{}}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "outbox: "+a.redact.String(oneLine(errorMessage(err))))
+	return exitCode(err)
+}
+
+// app holds the global flags and what is derived from them; every command
+// is a method set on it.
+type app struct {
+	stdout, stderr io.Writer
+	redact         *redactor
+
+	databaseURLFlag string
+	schema      string
+	logFormat   string
+	logLevel    string
+
+	logger *slog.Logger
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "outbox",
+		Short: "Operate a transactional outbox in PostgreSQL",
+		Long: `outbox operates a transactional outbox in PostgreSQL: applications write events
+into the outbox_events table in their own transactions, and the relay publishes
+them to a sink (stdout, an HTTP webhook, a broker).
+
+Every command takes the database from --database-url or $` + EnvDatabaseURL + `.
+The password in it never appears in output or logs.`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		Args:              groupArgs,
+		RunE:              groupRun,
+		PersistentPreRunE: a.setup,
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+
+	f := root.PersistentFlags()
+	f.StringVar(&a.databaseURLFlag, "database-url", "", "PostgreSQL URL, such as postgres://user:password@host:5432/db (default $"+EnvDatabaseURL+")")
+	f.StringVar(&a.schema, "schema", outbox.SchemaDefault, "schema that holds outbox_events")
+	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
+	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+
+	root.AddCommand(
+		a.migrateCommand(),
+		a.relayCommand(),
+		a.statsCommand(),
+		a.eventsCommand(),
+		a.purgeCommand(),
+		a.versionCommand(),
+	)
+	return root
+}
+
+// setup checks the global flags and builds the logger; it runs before every
+// command.
+func (a *app) setup(cmd *cobra.Command, _ []string) error {
+	logger, err := newLogger(a.stderr, a.logFormat, a.logLevel, a.redact)
+	if err != nil {
+		return err
+	}
+	a.logger = logger
+	slog.SetDefault(logger)
+	return nil
+}
+
+// groupArgs rejects an unknown subcommand of a command that only groups
+// others (the root, events).
+func groupArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	msg := fmt.Sprintf("unknown command %q for %q: use one of %s", args[0], cmd.CommandPath(), subcommandList(cmd))
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return &usageError{err: errors.New(msg)}
+}
+
+// groupRun answers a group command called without a subcommand.
+func groupRun(cmd *cobra.Command, _ []string) error {
+	return usagef("missing command: use one of %s (see %s --help)", subcommandList(cmd), cmd.CommandPath())
+}
+
+func subcommandList(cmd *cobra.Command) string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() && c.Name() != "help" {
+			names = append(names, c.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// run wraps a command's work: an error it returns is a runtime failure
+// (exit 1) unless it is marked as bad usage. Errors cobra returns before a
+// command runs (flags, arguments) are usage errors.
+func run(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := fn(cmd, args); err != nil {
+			return &runError{err: err}
+		}
+		return nil
+	}
+}

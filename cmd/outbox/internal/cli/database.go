@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+)
+
+// connectTimeout bounds the first connection, so an unreachable host fails
+// the command instead of hanging it.
+const connectTimeout = 15 * time.Second
+
+// errNoDatabase is the answer when no database URL was given.
+var errNoDatabase = &usageError{err: errors.New("no database: pass --database-url or set " + EnvDatabaseURL)}
+
+// databaseURL returns --database-url, else $OUTBOX_DATABASE_URL, else
+// fallback; with none of them it is a usage error.
+func (a *app) databaseURL(fallback string) (string, error) {
+	u := a.databaseURLFlag
+	if u == "" {
+		u = os.Getenv(EnvDatabaseURL)
+	}
+	if u == "" {
+		u = fallback
+	}
+	if u == "" {
+		return "", errNoDatabase
+	}
+	a.redact.addDatabaseURL(u)
+	return u, nil
+}
+
+// poolConfig parses the database URL. A URL that does not parse is a usage
+// error; pgx masks its password and the redactor masks what pgx missed.
+func (a *app) poolConfig(fallback string) (*pgxpool.Config, error) {
+	raw, err := a.databaseURL(fallback)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return nil, usagef("invalid --database-url: %s", parseErrorMessage(raw, err))
+	}
+	// The effective password may come from PGPASSWORD or a passfile.
+	a.redact.add(cfg.ConnConfig.Password)
+	return cfg, nil
+}
+
+// parseErrorMessage explains why pgx could not parse raw. pgx masks the
+// password only on a best-effort basis in a string it cannot parse, so the
+// URL is shown with this package's own masking.
+func parseErrorMessage(raw string, err error) string {
+	msg := err.Error()
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return msg
+	}
+	reason := msg
+	if _, after, found := strings.Cut(msg, "`: "); found {
+		reason = after
+	}
+	return fmt.Sprintf("cannot parse `%s`: %s", redactDatabaseURL(raw), reason)
+}
+
+// open connects a pool made from cfg and checks that the server answers.
+func (a *app) open(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	a.logger.Debug("connected", "database", describeDatabase(cfg))
+	return pool, nil
+}
+
+// connect opens a pool on the database the flags name.
+func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := a.poolConfig("")
+	if err != nil {
+		return nil, err
+	}
+	return a.open(ctx, cfg)
+}
+
+// manager connects and returns a Manager for --schema, after checking that
+// the outbox table exists. Call the returned func to close the pool.
+func (a *app) manager(ctx context.Context) (*outbox.Manager, func(), error) {
+	pool, err := a.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: a.schema})
+	if err := m.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, a.tableError(err)
+	}
+	return m, pool.Close, nil
+}
+
+// tableError tells the operator how to create a missing outbox table.
+func (a *app) tableError(err error) error {
+	if !errors.Is(err, outbox.ErrNoTable) {
+		return err
+	}
+	hint := "run outbox migrate"
+	if a.schema != outbox.SchemaDefault {
+		hint += " --schema " + a.schema
+	}
+	return fmt.Errorf("%w: %s", err, hint)
+}
+
+// describeDatabase names the database without credentials.
+func describeDatabase(cfg *pgxpool.Config) string {
+	c := cfg.ConnConfig
+	return fmt.Sprintf("%s:%d/%s", c.Host, c.Port, c.Database)
+}

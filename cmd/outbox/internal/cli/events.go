@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+)
+
+func (a *app) eventsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "List, show, retry and replay events",
+		Args:  groupArgs,
+		RunE:  groupRun,
+	}
+	cmd.AddCommand(a.eventsListCommand(), a.eventsShowCommand(), a.eventsRetryCommand(), a.eventsReplayCommand())
+	return cmd
+}
+
+// parseStatus parses a --status value; an unknown status is a usage error
+// that lists the valid ones.
+func parseStatus(s string) (outbox.Status, error) {
+	st, err := outbox.ParseStatus(s)
+	if err != nil {
+		var ce *outbox.ConfigError
+		if errors.As(err, &ce) {
+			err = ce.Err
+		}
+		return "", usagef("invalid --status: %v", err)
+	}
+	return st, nil
+}
+
+// parseIDs parses event IDs, dropping repeats and keeping their order.
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, arg := range args {
+		id, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || id < 1 {
+			return nil, usagef("invalid event ID %q: use a positive integer", arg)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// reportRequeue prints which of ids a retry or replay changed and, for each
+// one it did not, why; it fails when any was left unchanged.
+func (a *app) reportRequeue(ctx context.Context, m *outbox.Manager, verb string, from outbox.Status, ids, changed []int64) error {
+	skipped := 0
+	for _, id := range ids {
+		if slices.Contains(changed, id) {
+			fmt.Fprintf(a.stdout, "event %d: %s (%s -> pending)\n", id, verb, from)
+			continue
+		}
+		skipped++
+		e, err := m.Event(ctx, id)
+		switch {
+		case errors.Is(err, outbox.ErrNotFound):
+			fmt.Fprintf(a.stdout, "event %d: not %s: not found\n", id, verb)
+		case err != nil:
+			return err
+		default:
+			fmt.Fprintf(a.stdout, "event %d: not %s: its status is %s, not %s\n", id, verb, e.Status, from)
+		}
+	}
+	if skipped > 0 {
+		return fmt.Errorf("%d of %d events not %s", skipped, len(ids), verb)
+	}
+	return nil
+}
+
+// eventJSON is an event as --json prints it.
+type eventJSON struct {
+	ID             int64             `json:"id"`
+	EventType      string            `json:"event_type"`
+	AggregateType  string            `json:"aggregate_type"`
+	AggregateID    string            `json:"aggregate_id"`
+	Status         outbox.Status     `json:"status"`
+	Attempts       int               `json:"attempts"`
+	MaxAttempts    int               `json:"max_attempts"` // 0: the relay's default
+	LastError      string            `json:"last_error"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Headers        map[string]string `json:"headers"`
+	Payload        json.RawMessage   `json:"payload"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+	AvailableAt    time.Time         `json:"available_at"`
+	LockedBy       string            `json:"locked_by"`
+	LockedUntil    *time.Time        `json:"locked_until"`
+	ProcessedAt    *time.Time        `json:"processed_at"`
+}
+
+func eventDocument(e *outbox.Event) eventJSON {
+	headers := e.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	payload := e.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	return eventJSON{
+		ID: e.ID, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LastError: e.LastError,
+		IdempotencyKey: e.IdempotencyKey, Headers: headers, Payload: payload,
+		CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(), AvailableAt: e.AvailableAt.UTC(),
+		LockedBy: e.LockedBy, LockedUntil: optionalTime(e.LockedUntil), ProcessedAt: optionalTime(e.ProcessedAt),
+	}
+}
+
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// formatTime is how tables show a timestamp: UTC, to the second.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// aggregate names an event's aggregate as type/id.
+func aggregate(e *outbox.Event) string {
+	switch {
+	case e.AggregateType == "" && e.AggregateID == "":
+		return "-"
+	case e.AggregateType == "":
+		return e.AggregateID
+	case e.AggregateID == "":
+		return e.AggregateType
+	}
+	return e.AggregateType + "/" + e.AggregateID
+}
+
+// truncate shortens s to at most n runes on one line, marking the cut.
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+)
+
+func (a *app) purgeCommand() *cobra.Command {
+	var (
+		olderThan string
+		status    string
+		batchSize int
+	)
+	cmd := &cobra.Command{
+		Use:   "purge --older-than DURATION",
+		Short: "Delete processed (or failed) events older than a duration",
+		Long: `purge deletes finished events in batches, each its own short statement, so it
+never holds many locks. Processed events are aged by processed_at, failed
+ones by their last update.
+
+DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
+		Example: "  outbox purge --older-than 7d\n  outbox purge --older-than 30d --status failed",
+		Args:    cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			if olderThan == "" {
+				return usagef("missing --older-than: say how old the events to delete must be, such as 7d")
+			}
+			age, err := parseDuration(olderThan)
+			if err != nil || age <= 0 {
+				return usagef("invalid --older-than %q: use a positive duration such as 7d, 36h or 90m", olderThan)
+			}
+			st, err := parseStatus(status)
+			if err != nil {
+				return err
+			}
+			if st != outbox.StatusProcessed && st != outbox.StatusFailed {
+				return usagef("invalid --status %q: purge deletes processed or failed events only", status)
+			}
+			if batchSize < 1 {
+				return usagef("invalid --batch-size %d: use a positive number", batchSize)
+			}
+			m, closePool, err := a.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			p := newProgress(a.stderr, "purged")
+			n, err := m.Purge(cmd.Context(), outbox.PurgeParams{Status: st, OlderThan: age, BatchSize: batchSize}, p.update)
+			p.done()
+			if err != nil {
+				return fmt.Errorf("purge (%d events deleted before the error): %w", n, err)
+			}
+			fmt.Fprintf(a.stdout, "purged %d %s events older than %s\n", n, st, olderThan)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&olderThan, "older-than", "", "delete events finished longer ago than this, such as 7d or 36h (required)")
+	f.StringVar(&status, "status", string(outbox.StatusProcessed), "which events to delete: processed or failed")
+	f.IntVar(&batchSize, "batch-size", 1000, "rows deleted per statement")
+	return cmd
+}

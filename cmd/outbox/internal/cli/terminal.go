@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/term"
+)
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progress shows a running count and rate on one line of a terminal. On
+// anything else it prints nothing, so logs and pipes stay clean.
+type progress struct {
+	w       io.Writer
+	verb    string // "purged", "retried"
+	start   time.Time
+	last    time.Time
+	printed bool
+}
+
+// newProgress returns a progress line on w, or an inert one when w is not
+// a terminal.
+func newProgress(w io.Writer, verb string) *progress {
+	if !isTerminal(w) {
+		return &progress{}
+	}
+	now := time.Now()
+	return &progress{w: w, verb: verb, start: now}
+}
+
+// update shows the total so far; it redraws at most ten times a second.
+func (p *progress) update(done int64) {
+	if p.w == nil {
+		return
+	}
+	now := time.Now()
+	if p.printed && now.Sub(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last, p.printed = now, true
+	rate := float64(done) / max(now.Sub(p.start).Seconds(), 1e-3)
+	fmt.Fprintf(p.w, "\r\033[K%s %d events (%.0f/s)", p.verb, done, rate)
+}
+
+// done clears the progress line.
+func (p *progress) done() {
+	if p.w != nil && p.printed {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

@@ -1,0 +1,41 @@
+package cli
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxmigrate"
+)
+
+func (a *app) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and the schema version this build ships",
+		Args:  cobra.NoArgs,
+		RunE: run(func(*cobra.Command, []string) error {
+			version, goVersion, revision := "(unknown)", "", ""
+			if bi, ok := debug.ReadBuildInfo(); ok {
+				version, goVersion = bi.Main.Version, bi.GoVersion
+				for _, s := range bi.Settings {
+					if s.Key == "vcs.revision" {
+						revision = s.Value
+					}
+				}
+			}
+			fmt.Fprintf(a.stdout, "outbox %s\n", version)
+			if revision != "" {
+				fmt.Fprintf(a.stdout, "revision %s\n", revision)
+			}
+			if goVersion != "" {
+				fmt.Fprintf(a.stdout, "built with %s\n", goVersion)
+			}
+			// The migrations are embedded; no database is needed to list them.
+			latest := outboxmigrate.Latest(outbox.Postgres(nil))
+			fmt.Fprintf(a.stdout, "schema version %d (%03d_%s)\n", latest.Version, latest.Version, latest.Name)
+			return nil
+		}),
+	}
+}
