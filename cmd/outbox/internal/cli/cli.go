@@ -68,9 +68,9 @@ type app struct {
 	redact         *redactor
 
 	databaseURLFlag string
-	schema      string
-	logFormat   string
-	logLevel    string
+	schema          string
+	logFormat       string
+	logLevel        string
 
 	logger *slog.Logger
 }
