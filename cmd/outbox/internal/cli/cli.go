@@ -107,6 +107,7 @@ The password in it never appears in output or logs.`,
 		a.eventsCommand(),
 		a.purgeCommand(),
 		a.versionCommand(),
+		a.demoCommand(),
 	)
 	return root
 }

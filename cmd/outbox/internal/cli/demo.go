@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxmigrate"
+	"github.com/outboxkit/outbox/sink/stdoutsink"
+)
+
+const (
+	// demoDatabaseURL is the local server the demo uses when no database
+	// is given.
+	demoDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	// demoSchemaDefault is the demo's own schema.
+	demoSchemaDefault = "outbox_demo"
+	// demoSchemaComment marks a schema the demo created, so it never
+	// empties a schema that holds someone's real outbox.
+	demoSchemaComment = "created by outbox demo"
+	// demoTimeout bounds the wait for the relay.
+	demoTimeout = 30 * time.Second
+)
+
+// demoOrder is one checkout the demo runs.
+type demoOrder struct {
+	id         string
+	customer   string
+	totalCents int64
+	fail       error // the checkout fails after writing: its transaction rolls back
+}
+
+func (a *app) demoCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "demo",
+		Short: "Watch the outbox at work on a local database",
+		Long: `demo walks through the transactional outbox on a schema of its own
+(outbox_demo, or --schema): it migrates it, creates an orders table, writes
+orders and their order.created events in the same transactions (one of them
+rolled back, one retried with the same idempotency key), runs a relay to the
+stdout sink until every committed event is processed, and prints the stats.
+
+It narrates on stderr; the published events are JSON lines on stdout. It uses
+--database-url or $` + EnvDatabaseURL + `, else ` + demoDatabaseURL + `.
+It empties its schema at the start, so it can run again and again; it refuses
+a schema it did not create.`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			schema := demoSchemaDefault
+			if cmd.Flags().Changed("schema") {
+				schema = a.schema
+			}
+			level := "warn" // the narration tells the story; relay logs only on trouble
+			if cmd.Flags().Changed("log-level") {
+				level = a.logLevel
+			}
+			relayLog, err := newLogger(a.stderr, a.logFormat, level, a.redact)
+			if err != nil {
+				return err
+			}
+			return a.demo(cmd.Context(), schema, relayLog)
+		}),
+	}
+}
+
+func (a *app) demo(ctx context.Context, schema string, relayLog *slog.Logger) error {
+	say := func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
+	pc, err := a.poolConfig(demoDatabaseURL)
+	if err != nil {
+		return err
+	}
+	pool, err := a.open(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	say("outbox demo on %s, schema %q", describeDatabase(pc), schema)
+
+	if err := claimDemoSchema(ctx, pool, schema); err != nil {
+		return err
+	}
+	db := outbox.Postgres(pool)
+	res, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	say("1. migrated the outbox table: schema version %d", res.Version)
+	orders := pgx.Identifier{schema, "orders"}.Sanitize()
+	if err := resetDemoTables(ctx, pool, schema, orders); err != nil {
+		return err
+	}
+	say("2. created the business table %s (emptied, with the outbox, from any earlier run)", orders)
+
+	say("3. checkouts: each writes its order row and its order.created event in one transaction")
+	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
+	checkout := func(o demoOrder) (outbox.WriteResult, error) {
+		var res outbox.WriteResult
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+orders+` (id, customer, total_cents) VALUES ($1, $2, $3)
+ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
+				return err
+			}
+			var err error
+			res, err = writer.Write(ctx, tx, outbox.Message{
+				EventType: "order.created", AggregateType: "order", AggregateID: o.id,
+				Payload:        map[string]any{"order_id": o.id, "customer": o.customer, "total_cents": o.totalCents},
+				IdempotencyKey: outbox.IdempotencyKey("order", o.id, "order.created", time.Now()),
+				CorrelationID:  "demo-checkout-" + o.id,
+			})
+			if err != nil {
+				return err
+			}
+			return o.fail
+		})
+		return res, err
+	}
+	committed := 0
+	declined := errors.New("payment declined")
+	for _, o := range []demoOrder{
+		{id: "1001", customer: "ada", totalCents: 4200},
+		{id: "1002", customer: "grace", totalCents: 1999},
+		{id: "1003", customer: "edsger", totalCents: 500, fail: declined},
+		{id: "1004", customer: "barbara", totalCents: 12000},
+	} {
+		res, err := checkout(o)
+		switch {
+		case errors.Is(err, declined):
+			say("   order %s (%s): %v after the writes: rolled back, so neither the order nor its event exists", o.id, o.customer, err)
+		case err != nil:
+			return fmt.Errorf("order %s: %w", o.id, err)
+		default:
+			committed++
+			say("   order %s (%s, %d.%02d): committed with event %d", o.id, o.customer, o.totalCents/100, o.totalCents%100, res.IDs[0])
+		}
+	}
+	// A client retries the first checkout: the same idempotency key makes
+	// the writer skip the event without failing the transaction.
+	res2, err := checkout(demoOrder{id: "1001", customer: "ada", totalCents: 4200})
+	if err != nil {
+		return fmt.Errorf("order 1001 again: %w", err)
+	}
+	if len(res2.Duplicates) == 1 {
+		say("   order 1001 again (a client retry): same idempotency key, event skipped as a duplicate")
+	}
+
+	say("4. starting a relay to the stdout sink: the events follow on stdout as JSON lines")
+	relay, err := outbox.NewRelay(db, outbox.RelayConfig{
+		Sink: stdoutsink.New(a.stdout), Schema: schema, RelayID: "outbox-demo",
+		PollInterval: 100 * time.Millisecond, Logger: relayLog,
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := relay.Start(ctx); err != nil {
+		return err
+	}
+	mgr := outbox.NewManager(db, outbox.ManagerConfig{Schema: schema})
+	stats, waitErr := waitProcessed(ctx, mgr, int64(committed))
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relay.Config().ShutdownTimeout)
+	defer cancel()
+	if err := relay.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop relay: %w", err)
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+	say("5. all %d committed events processed in %v", committed, time.Since(start).Round(time.Millisecond))
+
+	ghost, err := mgr.ListEvents(ctx, outbox.ListParams{AggregateType: "order", AggregateID: "1003"})
+	if err != nil {
+		return err
+	}
+	if len(ghost) != 0 {
+		return fmt.Errorf("order 1003 was rolled back but has %d events", len(ghost))
+	}
+	say("6. checked: the rolled-back order 1003 has no event")
+	say("stats: pending %d, processing %d, processed %d, failed %d", stats.Pending, stats.Processing, stats.Processed, stats.Failed)
+	say("next: outbox events list --schema %s, or outbox stats --schema %s", schema, schema)
+	return nil
+}
+
+// waitProcessed polls until want events are processed and none is left
+// pending or in flight.
+func waitProcessed(ctx context.Context, mgr *outbox.Manager, want int64) (outbox.Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s, err := mgr.Stats(ctx)
+		if err == nil && s.Processed >= want && s.Pending == 0 && s.Processing == 0 {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return s, fmt.Errorf("waiting for the relay (%d of %d events processed): %w", s.Processed, want, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// claimDemoSchema creates the demo's schema, or checks that an existing one
+// was created by the demo: the demo empties its tables.
+func claimDemoSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var comment *string
+	err := pool.QueryRow(ctx, `SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1`, schema).Scan(&comment)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		quoted := pgx.Identifier{schema}.Sanitize()
+		_, err = pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+quoted+`;
+COMMENT ON SCHEMA `+quoted+` IS '`+demoSchemaComment+`'`)
+		return err
+	case err != nil:
+		return err
+	case comment == nil || *comment != demoSchemaComment:
+		return &usageError{err: fmt.Errorf("schema %q exists and was not created by outbox demo, which empties its tables: pass --schema with a new name", schema)}
+	}
+	return nil
+}
+
+// resetDemoTables creates the orders table and empties it and the outbox.
+func resetDemoTables(ctx context.Context, pool *pgxpool.Pool, schema, orders string) error {
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+orders+` (
+    id          text PRIMARY KEY,
+    customer    text NOT NULL,
+    total_cents bigint NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+TRUNCATE `+orders+`, `+pgx.Identifier{schema, "outbox_events"}.Sanitize()+` RESTART IDENTITY`)
+	return err
+}
