@@ -1,0 +1,147 @@
+// Package outbox is a transactional outbox for PostgreSQL: applications write
+// events in the same transaction as their data, and a relay delivers them at
+// least once to a sink.
+//
+// A service that changes its database and then publishes a message has a
+// dual-write problem: the two writes cannot be atomic. Commit first and crash
+// before publishing, and the event is lost; publish first and roll back, and
+// consumers act on something that never happened. With an outbox the
+// application inserts the event into the outbox_events table in the same
+// transaction as the business rows, so the event exists if and only if the
+// change committed. A [Relay] claims committed events, publishes them to a
+// [Sink] and marks them processed, retrying with backoff and dead-lettering
+// what cannot be delivered.
+//
+// # Guarantees
+//
+//   - At least once. An event whose transaction committed is published until
+//     the sink acknowledges it or it is dead-lettered. A crash between the
+//     sink's acknowledgement and the relay's mark, or a relay that lost its
+//     lease, means the event is published again. Events of rolled-back
+//     transactions are never published.
+//   - A stable ID. [Event.ID] is the same on every delivery; consumers drop
+//     duplicates on it.
+//   - Ordering is best effort. A claim takes due events in (available_at, id)
+//     order and publishes a batch in that order, but retries go back with a
+//     later available_at, several relays or [RelayConfig.Workers] publish
+//     batches at the same time, and an event from a long transaction becomes
+//     visible only when it commits. There is no per-aggregate ordering yet.
+//   - Database errors never spend an event's attempts: the relay retries its
+//     own statements, and events whose marks could not land are rescued when
+//     their lease expires.
+//
+// # Creating the table
+//
+// The outboxmigrate package applies the embedded, numbered migrations; the
+// outbox command does the same with `outbox migrate`, and `outbox migrate
+// --print` prints them as SQL for teams that vendor their migrations:
+//
+//	db := outbox.Postgres(pool)
+//	if _, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{}); err != nil {
+//		return err
+//	}
+//
+// # Writing events
+//
+// [Writer.Write] inserts a batch of [Message] values into the caller's pgx
+// transaction in one statement; [Writer.WriteSQL] does the same for a
+// database/sql transaction on the pgx stdlib driver:
+//
+//	writer := outbox.NewWriter(outbox.WriterConfig{})
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, id, total); err != nil {
+//			return err
+//		}
+//		_, err := writer.Write(ctx, tx, outbox.Message{
+//			EventType: "order.created", AggregateType: "order", AggregateID: id,
+//			Payload: map[string]any{"id": id, "total": total},
+//		})
+//		return err // the event commits or rolls back with the order
+//	})
+//
+// The [WriteResult] holds each message's new event ID, in order. Invalid
+// messages are refused with a [*MessageError] before anything is sent, so
+// the transaction stays usable. A message's CorrelationID, CausationID and
+// SchemaVersion are stored as the headers [HeaderCorrelationID],
+// [HeaderCausationID] and [HeaderSchemaVersion]; [HeaderTraceParent] and
+// [HeaderTraceState] carry W3C trace context. Delay and AvailableAt hold an
+// event back; MaxAttempts overrides the relay's limit for one event.
+//
+// # Idempotency keys
+//
+// [IdempotencyKey] returns the deterministic key
+// aggregateType:aggregateID:eventType:YYYY-MM-DD (the date in UTC). Set it as
+// [Message.IdempotencyKey] and a second write of the same business event is
+// skipped with ON CONFLICT DO NOTHING: it is reported in
+// [WriteResult.Duplicates] with ID 0, never as an error, and the transaction
+// commits everything else.
+//
+// # Writers in other languages
+//
+// The table is the contract. This is a complete pending event; every other
+// column has a default:
+//
+//	INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+//	VALUES ('order.created', 'order', 'o-1', '{"order_id": "o-1", "total": 12.5}');
+//
+// headers is a JSON object (default '{}'), idempotency_key is unique when
+// set (use ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+// DO NOTHING), available_at in the future delays the event and max_attempts
+// overrides the relay's limit. Leave id, status, attempts and the lease
+// columns to their defaults. The README lists every column.
+//
+// # Relaying events
+//
+// A [Relay] runs [RelayConfig.Workers] loops that claim up to BatchSize due
+// pending events with FOR UPDATE SKIP LOCKED under a lease (locked_by,
+// locked_until), publish them with one [Sink.Publish] call bounded by
+// SinkTimeout, and mark them. Marks are fenced on the claim's lease, so a
+// relay that stalled past its lease changes nothing once another relay has
+// re-claimed the events. Any number of relays may serve one table.
+//
+//	relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{Sink: stdoutsink.New(nil)})
+//	if err != nil {
+//		return err
+//	}
+//	return relay.Run(ctx) // until ctx ends, then a graceful stop
+//
+// A failed event goes back to pending after BackoffBase·2^n (the n-th
+// failure, with jitter, capped at BackoffMax) and is dead-lettered (status
+// failed) when its attempts reach MaxAttempts or its error is wrapped with
+// [Permanent]. Every relay also rescues events whose lease expired because
+// their relay died. [Relay.Stop] and the end of Run's context stop claiming
+// and let in-flight batches finish within ShutdownTimeout; publishes still
+// running after that are cancelled and their events released without
+// spending an attempt. [Relay.Wake] makes an idle relay claim at once, for a
+// writer in the same process.
+//
+// [RelayConfig] documents every field and its default; the defaults are the
+// …Default constants such as [BatchSizeDefault] and [LeaseDefault], and
+// [RelayConfig.WithDefaults] fills them in. [HookBatch] and [HookDeadLetter]
+// in RelayConfig.Hooks observe every batch and every dead letter.
+//
+// # Sinks
+//
+// A [Sink] returns one error per event: nil for delivered, an error to retry
+// with backoff, or an error wrapped with [Permanent] to dead-letter at once.
+// A panic or a result slice of the wrong length fails the whole batch,
+// retryably. [SinkFunc] adapts a function and [BatchError] fails a whole
+// batch. The sink packages are stdoutsink (JSON lines), webhooksink
+// (CloudEvents over HTTP in binary mode, signed with Standard Webhooks) and
+// handlersink (Go functions in the same process); sinktest is the
+// conformance suite every sink passes, and outboxtest.Recorder is a
+// recording sink for tests.
+//
+// # Operating
+//
+// A [Manager] answers the operator's questions and runs their actions:
+// [Manager.Stats] (counts per status and the oldest pending event's age),
+// [Manager.ListEvents], [Manager.Event], [Manager.Retry] and
+// [Manager.RetryAllFailed] for dead-lettered events, [Manager.Replay] for
+// processed ones, and [Manager.Purge] for retention. The outbox command
+// (cmd/outbox) wraps it: outbox stats, outbox events list|show|retry|replay,
+// outbox purge, outbox relay, outbox migrate.
+//
+// The docs directory of the repository describes the architecture and the
+// operation of relays in production.
+package outbox
