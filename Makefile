@@ -1,0 +1,26 @@
+# Everyday commands; CI runs ./scripts/test (.ci/run), which `make test` wraps.
+# Go is taken from PATH, falling back to /usr/local/go/bin.
+export PATH := $(PATH):/usr/local/go/bin
+
+.DEFAULT_GOAL := help
+.PHONY: help test lint bench demo build
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-6s %s\n", $$1, $$2}'
+
+test: ## the whole suite: PostgreSQL if needed, lint, go test -race ./...
+	./scripts/test
+
+lint: ## gofmt check and go vet (scripts/lint adds golangci-lint)
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+
+bench: ## the benchmarks, on the local PostgreSQL or TEST_DATABASE_URL
+	go test -run '^$$' -bench . -benchmem ./...
+
+demo: ## migrate, write, relay to stdout and show counts
+	go run ./cmd/outbox demo
+
+build: ## the outbox command, to bin/outbox
+	go build -o bin/outbox ./cmd/outbox
