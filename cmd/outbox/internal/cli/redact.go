@@ -61,19 +61,20 @@ func (r *redactor) String(s string) string {
 // kvPassword finds password values in a key/value connection string.
 var kvPassword = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
 
-// splitURL splits a postgres:// URL into its prefix ("postgres://"), the
-// userinfo password's bounds in rest, and the query; ok is false for a
-// key/value string. The password runs from the first ':' of the userinfo to
-// the last '@', which is how net/url reads a password holding an unescaped
-// '@'.
+// splitURL splits a URL-like database string into its prefix (such as
+// "postgres://"), the rest, and the userinfo password's bounds in rest; ok is
+// false for a key/value string. Any scheme counts, and so does a string
+// without one that has userinfo ("bob:pw@host"): pgx reads those as
+// key/value and may echo them whole. The password runs from the first ':'
+// of the userinfo to the last '@', which is how net/url reads a password
+// holding an unescaped '@'.
 func splitURL(raw string) (prefix, rest string, pwStart, pwEnd int, ok bool) {
-	for _, p := range []string{"postgres://", "postgresql://"} {
-		if len(raw) >= len(p) && strings.EqualFold(raw[:len(p)], p) {
-			prefix, rest, ok = raw[:len(p)], raw[len(p):], true
-			break
-		}
-	}
 	pwStart, pwEnd = -1, -1
+	if i := strings.Index(raw, "://"); i >= 0 {
+		prefix, rest, ok = raw[:i+3], raw[i+3:], true
+	} else if at := strings.LastIndexByte(raw, '@'); at >= 0 && !strings.ContainsAny(raw[:at], "= ") {
+		rest, ok = raw, true
+	}
 	if !ok {
 		return prefix, rest, pwStart, pwEnd, false
 	}
@@ -85,7 +86,7 @@ func splitURL(raw string) (prefix, rest string, pwStart, pwEnd int, ok bool) {
 	return prefix, rest, pwStart, pwEnd, true
 }
 
-// queryPasswords calls mask for each query parameter of rest whose decoded
+// maskQueryPasswords calls mask for each query parameter of rest whose decoded
 // name holds "password" (password, sslpassword, however percent-encoded).
 func maskQueryPasswords(rest string, mask func(value string) string) string {
 	q := strings.IndexByte(rest, '?')

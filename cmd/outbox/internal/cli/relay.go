@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -66,6 +67,10 @@ application_name outbox-relay:<relay-id>.`,
 				so.WebhookSecret = os.Getenv(EnvWebhookSecret)
 			}
 			a.redact.add(so.WebhookSecret)
+			pc, err := a.poolConfig("")
+			if err != nil {
+				return err
+			}
 			cfg.Schema, cfg.Logger = a.schema, a.logger
 			if cfg.RelayID == "" {
 				cfg.RelayID = outbox.DefaultRelayID()
@@ -86,7 +91,7 @@ application_name outbox-relay:<relay-id>.`,
 			if err := cfg.Validate(); err != nil {
 				return relayConfigError(err)
 			}
-			return a.runRelay(cmd.Context(), cfg)
+			return a.runRelay(cmd.Context(), pc, cfg, describeSink(sinkURL, a.redact))
 		}),
 	}
 	f := cmd.Flags()
@@ -108,11 +113,7 @@ application_name outbox-relay:<relay-id>.`,
 
 // runRelay connects a pool of the relay's own and runs the relay until ctx
 // ends, then stops it gracefully.
-func (a *app) runRelay(ctx context.Context, cfg outbox.RelayConfig) error {
-	pc, err := a.poolConfig("")
-	if err != nil {
-		return err
-	}
+func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string) error {
 	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay:" + cfg.RelayID
 	// One connection per worker, one for the lease rescue, one spare.
 	pc.MaxConns = max(pc.MaxConns, int32(min(cfg.Workers+2, 1<<20)))
@@ -129,6 +130,8 @@ func (a *app) runRelay(ctx context.Context, cfg outbox.RelayConfig) error {
 	if err != nil {
 		return relayConfigError(err)
 	}
+	a.logger.Info("relay publishing to sink", "sink", sinkName, "relay_id", cfg.RelayID,
+		"application_name", pc.ConnConfig.RuntimeParams["application_name"])
 	return relay.Run(ctx)
 }
 

@@ -64,7 +64,6 @@ func openSink(raw string, o sinkOptions, r *redactor) (outbox.Sink, error) {
 			if err != nil {
 				return nil, sinkConfigError(err)
 			}
-			o.Logger.Info("sink opened", "sink", r.String(u.Redacted()))
 			return sink, nil
 		}
 	}
@@ -73,6 +72,14 @@ func openSink(raw string, o sinkOptions, r *redactor) (outbox.Sink, error) {
 		names[i] = s.name
 	}
 	return nil, usagef("unknown sink scheme %q: use one of %s", scheme, strings.Join(names, ", "))
+}
+
+// describeSink names the sink raw points to, without credentials.
+func describeSink(raw string, r *redactor) string {
+	if u, err := url.Parse(raw); err == nil {
+		raw = u.Redacted()
+	}
+	return r.String(raw)
 }
 
 // openStdoutSink writes events as JSON lines to standard output.

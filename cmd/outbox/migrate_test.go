@@ -1,0 +1,40 @@
+package main_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testutil"
+)
+
+func TestMigrateAppliesThenReportsUpToDate(t *testing.T) {
+	t.Parallel()
+	schema := testutil.EmptySchemaName(t)
+
+	res := outboxCmd(t, schema, "migrate")
+	requireOK(t, res)
+	require.Equal(t, "applied migration 001_create_outbox_events to schema \""+schema+"\"\nschema is now at version 1\n", res.stdout)
+
+	res = outboxCmd(t, schema, "migrate")
+	requireOK(t, res)
+	require.Equal(t, "schema is up to date at version 1\n", res.stdout)
+
+	res = outboxCmd(t, schema, "stats", "--json")
+	requireOK(t, res)
+}
+
+func TestMigratePrintNeedsNoDatabase(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "migrate", "--print", "--schema", "app_events")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, `CREATE SCHEMA IF NOT EXISTS "app_events";`)
+	require.Contains(t, res.stdout, `CREATE TABLE "app_events".outbox_events (`)
+	require.Contains(t, res.stdout, "-- migration 001_create_outbox_events")
+}
+
+func TestMigrateUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "--database-url", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5", "migrate")
+	requireFail(t, res, 1, "connect to database:", "connection refused")
+}
