@@ -1,0 +1,261 @@
+package webhooksink
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Defaults; Config.WithDefaults fills zero fields with them.
+const (
+	SourceDefault      = "/outbox"
+	TimeoutDefault     = 10 * time.Second
+	ConcurrencyDefault = 16
+	UserAgentDefault   = "outbox-webhooksink"
+)
+
+// Config configures a Sink.
+type Config struct {
+	// URL is the endpoint every event is POSTed to: an absolute http or
+	// https URL. Userinfo in it is sent as Basic authentication. Redirects
+	// are not followed, so use the final URL. Required.
+	URL string
+	// Secret, when set, signs every request with Standard Webhooks
+	// headers. A whsec_<base64> secret is base64-decoded; any other string
+	// is the HMAC key as is (see the package documentation).
+	Secret string
+	// Source is the CloudEvents source attribute, a URI reference naming
+	// this outbox. Defaults to SourceDefault.
+	Source string
+	// Timeout bounds each request, from sending to reading the answer.
+	// Defaults to TimeoutDefault. Keep it below the relay's SinkTimeout,
+	// which bounds the whole batch.
+	Timeout time.Duration
+	// Concurrency is the most requests in flight at once, across all
+	// concurrent Publish calls. Defaults to ConcurrencyDefault.
+	Concurrency int
+	// Client sends the requests. Its CheckRedirect is replaced (on a copy)
+	// so redirects are never followed. Defaults to a client with its own
+	// transport that keeps Concurrency idle connections to the endpoint.
+	Client *http.Client
+	// Headers are extra request headers, such as Authorization. Their
+	// values are treated as secrets. They may not set headers this sink
+	// owns: Content-Type, Content-Length, Host, User-Agent, traceparent,
+	// tracestate, ce-* or webhook-*.
+	Headers map[string]string
+	// UserAgent is the User-Agent header. Defaults to UserAgentDefault.
+	UserAgent string
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Source == "" {
+		c.Source = SourceDefault
+	}
+	if c.Timeout == 0 {
+		c.Timeout = TimeoutDefault
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = UserAgentDefault
+	}
+	return c
+}
+
+// validate checks c, which has its defaults, and returns the parsed URL
+// and the signer (nil without a secret). Its errors never quote the URL's
+// userinfo, the secret or header values.
+func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
+	bad := func(field, format string, args ...any) error {
+		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	if c.URL == "" {
+		return nil, nil, bad("URL", "is empty: set the endpoint to POST events to, such as https://hooks.example.com/outbox")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url.Parse quotes the whole URL, password included; keep only
+		// the reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, nil, bad("URL", "does not parse (%v): use an absolute http:// or https:// URL", err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, nil, bad("URL", "%s has scheme %q: use an absolute http:// or https:// URL", redactURL(u), u.Scheme)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, nil, bad("URL", "%s has no host: use an absolute URL such as https://hooks.example.com/outbox", redactURL(u))
+	case u.Fragment != "":
+		return nil, nil, bad("URL", "%s has a #fragment, which is never sent: remove it", redactURL(u))
+	}
+	if _, err := url.Parse(c.Source); err != nil || strings.TrimSpace(c.Source) != c.Source {
+		return nil, nil, bad("Source", "%q is not a URI reference: use something like /outbox or urn:example:orders", c.Source)
+	}
+	if c.Timeout < 0 {
+		return nil, nil, bad("Timeout", "is %v: use a positive duration, or 0 for the default %v", c.Timeout, TimeoutDefault)
+	}
+	if c.Concurrency < 0 {
+		return nil, nil, bad("Concurrency", "is %d: use at least 1, or 0 for the default %d", c.Concurrency, ConcurrencyDefault)
+	}
+	if !validHeaderValue(c.UserAgent) {
+		return nil, nil, bad("UserAgent", "%q holds control characters: use printable text", c.UserAgent)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
+		if err := checkStaticHeader(name, c.Headers[name]); err != nil {
+			return nil, nil, &outbox.ConfigError{Field: "Headers", Err: err}
+		}
+	}
+	signer, err := newSigner(c.Secret)
+	if err != nil {
+		return nil, nil, &outbox.ConfigError{Field: "Secret", Err: err}
+	}
+	return u, signer, nil
+}
+
+const secretPrefix = "whsec_"
+
+// newSigner returns the Standard Webhooks signer for secret, or nil for no
+// secret. Its errors never quote the secret.
+func newSigner(secret string) (*standardwebhooks.Webhook, error) {
+	switch {
+	case secret == "":
+		return nil, nil
+	case secret == secretPrefix:
+		return nil, errors.New("is whsec_ with no key after it: paste the whole secret")
+	case strings.HasPrefix(secret, secretPrefix):
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			// The library's error names the offending byte offset only,
+			// but keep our own words in case that ever changes.
+			return nil, errors.New("starts with whsec_ but the rest is not valid standard base64: " +
+				"paste the secret exactly as generated, or drop the whsec_ prefix to use the string itself as the key")
+		}
+		return wh, nil
+	default:
+		return standardwebhooks.NewWebhookRaw([]byte(secret))
+	}
+}
+
+// ownedHeaders are request headers the sink sets itself.
+var ownedHeaders = []string{"Content-Type", "Content-Length", "Host", "User-Agent", "Traceparent", "Tracestate", "Transfer-Encoding"}
+
+func checkStaticHeader(name, value string) error {
+	canon := http.CanonicalHeaderKey(name)
+	lower := strings.ToLower(name)
+	switch {
+	case !validHeaderName(name):
+		return fmt.Errorf("name %q is not a valid HTTP header name: use letters, digits and - only", name)
+	case slices.Contains(ownedHeaders, canon) || strings.HasPrefix(lower, "ce-") || strings.HasPrefix(lower, "webhook-"):
+		return fmt.Errorf("%s is set by the sink and cannot be overridden: remove it (use Config.UserAgent for User-Agent, Config.Secret for signatures)", canon)
+	case !validHeaderValue(value):
+		// Never quote the value: it is likely a credential.
+		return fmt.Errorf("the value of %s holds control characters such as a newline: trim it", canon)
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// validHeaderValue reports whether net/http will send s as a header value:
+// no control characters other than tab.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// redactURL names an endpoint for errors and logs: scheme and host, and
+// "/…" when the URL has more. Webhook URLs often carry tokens in the
+// userinfo, path or query string.
+func redactURL(u *url.URL) string {
+	s := u.Scheme + "://" + u.Host
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Opaque != "" {
+		s += "/…"
+	}
+	return s
+}
+
+// redactRawURL is redactURL for a string that may not parse.
+func redactRawURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return redactURL(u)
+}
+
+const redacted = "[REDACTED]"
+
+// String describes c with the secret, header values and URL path redacted,
+// so a Config can be printed or logged.
+func (c Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "webhooksink.Config{URL: %s", redactRawURL(c.URL))
+	if c.Secret != "" {
+		b.WriteString(", Secret: " + redacted)
+	}
+	fmt.Fprintf(&b, ", Source: %q, Timeout: %v, Concurrency: %d", c.Source, c.Timeout, c.Concurrency)
+	if len(c.Headers) > 0 {
+		b.WriteString(", Headers: {")
+		for i, k := range slices.Sorted(maps.Keys(c.Headers)) {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(k + ": " + redacted)
+		}
+		b.WriteString("}")
+	}
+	if c.UserAgent != "" {
+		fmt.Fprintf(&b, ", UserAgent: %q", c.UserAgent)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// GoString is String, so %#v does not print the secret either.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue logs c with the secret, header values and URL path redacted.
+func (c Config) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("url", redactRawURL(c.URL)),
+		slog.Bool("signed", c.Secret != ""),
+		slog.String("source", c.Source),
+		slog.Duration("timeout", c.Timeout),
+		slog.Int("concurrency", c.Concurrency),
+	}
+	if len(c.Headers) > 0 {
+		attrs = append(attrs, slog.Any("headers", slices.Sorted(maps.Keys(c.Headers))))
+	}
+	return slog.GroupValue(attrs...)
+}

@@ -1,0 +1,164 @@
+package webhooksink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/outboxkit/outbox"
+)
+
+// BodySnippetMax is the most bytes of a response body quoted in an error.
+const BodySnippetMax = 200
+
+// drainMax bounds how much of a response body is read and discarded so the
+// connection can be reused; a larger body costs a new connection instead.
+const drainMax = 64 << 10
+
+// StatusError is an endpoint's answer other than 2xx. The sink returns it
+// wrapped with outbox.Permanent for redirects and for 4xx answers other
+// than 408 and 429; find it with errors.As.
+type StatusError struct {
+	EventID    int64
+	StatusCode int
+	// Body is the start of the response body, at most BodySnippetMax
+	// bytes, with whitespace collapsed and configured secrets cut out.
+	Body string
+	// Location is the redirect target of a 3xx answer, redacted like the
+	// endpoint.
+	Location string
+
+	endpoint string // redacted
+}
+
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "webhooksink: event %d: POST %s answered %d %s", e.EventID, e.endpoint, e.StatusCode, http.StatusText(e.StatusCode))
+	switch {
+	case e.StatusCode >= 300 && e.StatusCode < 400:
+		if e.Location != "" {
+			b.WriteString(" to " + e.Location)
+		}
+		b.WriteString(": redirects are not followed; set the webhook URL to the final URL")
+	case e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden:
+		b.WriteString(": the endpoint refused the credentials; check the webhook secret and headers, then retry the dead-lettered event")
+	case Retryable(e.StatusCode):
+		b.WriteString(" (retryable)")
+	default:
+		b.WriteString(": the endpoint rejected the event; fix the endpoint or the event, then retry the dead-lettered event")
+	}
+	if e.Body != "" {
+		b.WriteString("; response: " + e.Body)
+	}
+	return b.String()
+}
+
+// Retryable reports whether an answer with status code is worth retrying:
+// 408 Request Timeout, 429 Too Many Requests, any 5xx, and codes outside
+// the ranges HTTP defines. 2xx answers are not errors at all.
+func Retryable(code int) bool {
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		return true
+	case code >= 300 && code < 500:
+		return false
+	}
+	return true
+}
+
+// statusError turns a non-2xx answer into the event's error and consumes
+// the body.
+func (s *Sink) statusError(e *outbox.Event, resp *http.Response) error {
+	se := &StatusError{
+		EventID:    e.ID,
+		StatusCode: resp.StatusCode,
+		Body:       s.redactSecrets(readSnippet(resp.Body)),
+		endpoint:   s.endpoint,
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		if u, err := s.url.Parse(loc); err == nil {
+			se.Location = redactURL(u)
+		}
+	}
+	if Retryable(resp.StatusCode) {
+		return se
+	}
+	return outbox.Permanent(se)
+}
+
+// transportError explains a request that got no answer. All of these are
+// retryable.
+func (s *Sink) transportError(ctx context.Context, e *outbox.Event, err error) error {
+	// client.Do wraps errors in *url.Error, which quotes the full URL
+	// (its path and query may hold tokens): keep only the cause.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	prefix := fmt.Sprintf("webhooksink: event %d: POST %s", e.ID, s.endpoint)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: gave up before the endpoint answered: %w", prefix, context.Cause(ctx))
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: no answer within %v: %w; raise the webhook timeout if the endpoint is slow", prefix, s.cfg.Timeout, err)
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// readSnippet reads the start of a response body for an error message,
+// drains a bounded rest so the connection can be reused, and closes it.
+func readSnippet(body io.ReadCloser) string {
+	defer drainClose(body)
+	buf := make([]byte, BodySnippetMax+1)
+	n, _ := io.ReadFull(body, buf)
+	truncated := n > BodySnippetMax
+	buf = buf[:min(n, BodySnippetMax)]
+	if truncated {
+		buf = trimPartialRune(buf)
+	}
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(buf), "\uFFFD")), " ")
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if truncated {
+		s += "…"
+	}
+	return s
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence from the end of b,
+// left there by cutting a body at BodySnippetMax bytes.
+func trimPartialRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
+}
+
+// drainClose reads up to drainMax of body and closes it.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, drainMax)
+	_ = body.Close()
+}
+
+// redactSecrets cuts the secret and static header values out of s: an
+// endpoint may echo the request back in an error page.
+func (s *Sink) redactSecrets(text string) string {
+	for _, secret := range s.secrets {
+		text = strings.ReplaceAll(text, secret, redacted)
+	}
+	return text
+}
