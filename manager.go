@@ -1,12 +1,24 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Manager defaults.
+const (
+	// ListLimitDefault is ListParams.Limit's default page size.
+	ListLimitDefault = 50
+	// PurgeBatchSizeDefault is how many rows one purge DELETE removes.
+	PurgeBatchSizeDefault = 1000
+	// RequeueBatchSizeDefault is how many events one RetryAllFailed
+	// statement changes.
+	RequeueBatchSizeDefault = 1000
 )
 
 // Manager runs the operator's actions on an outbox table: counts, listing,
@@ -61,7 +73,7 @@ type ListParams struct {
 	// BeforeID pages backwards: only events with a smaller ID. Pass the
 	// last ID of the previous page.
 	BeforeID int64
-	// Limit is the page size. Defaults to 50.
+	// Limit is the page size. Defaults to ListLimitDefault.
 	Limit int
 }
 
@@ -74,7 +86,7 @@ func (m *Manager) ListEvents(ctx context.Context, p ListParams) ([]Event, error)
 	}
 	rows, err := m.drv.ListEvents(ctx, driver.ListParams{
 		Status: string(p.Status), EventType: p.EventType, AggregateType: p.AggregateType,
-		AggregateID: p.AggregateID, BeforeID: p.BeforeID, Limit: p.Limit,
+		AggregateID: p.AggregateID, BeforeID: p.BeforeID, Limit: cmp.Or(p.Limit, ListLimitDefault),
 	})
 	if err != nil {
 		return nil, err
@@ -109,11 +121,11 @@ func (m *Manager) Replay(ctx context.Context, ids ...int64) ([]int64, error) {
 type Progress func(done int64)
 
 // RetryAllFailed retries every failed event, in batches of batchSize (0 for
-// 1000) so no statement holds many locks. Events that fail again while it
+// RequeueBatchSizeDefault) so no statement holds many locks. Events that fail again while it
 // runs are not retried twice. It returns how many it retried.
 func (m *Manager) RetryAllFailed(ctx context.Context, batchSize int, progress Progress) (int64, error) {
 	if batchSize <= 0 {
-		batchSize = 1000
+		batchSize = RequeueBatchSizeDefault
 	}
 	var total, after int64
 	for {
@@ -139,7 +151,8 @@ type PurgeParams struct {
 	// OlderThan keeps events finished more recently than this, by the
 	// database clock. Required.
 	OlderThan time.Duration
-	// BatchSize is how many rows one DELETE removes. Defaults to 1000.
+	// BatchSize is how many rows one DELETE removes. Defaults to
+	// PurgeBatchSizeDefault.
 	BatchSize int
 }
 
@@ -156,7 +169,7 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 		return 0, &ConfigError{Field: "older-than", Err: errors.New("must be a positive duration")}
 	}
 	if p.BatchSize <= 0 {
-		p.BatchSize = 1000
+		p.BatchSize = PurgeBatchSizeDefault
 	}
 	var total int64
 	for {

@@ -275,7 +275,7 @@ func testConcurrentPublish(t *testing.T, h Harness) {
 				events := newEvents(size)
 				errs := h.Sink.Publish(t.Context(), events)
 				if errs != nil && len(errs) != len(events) {
-					errCh <- fmt.Errorf("Publish returned %d results for %d events", len(errs), len(events))
+					errCh <- fmt.Errorf("publish returned %d results for %d events", len(errs), len(events))
 					continue
 				}
 				for _, err := range errs {

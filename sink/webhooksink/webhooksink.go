@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -174,8 +175,12 @@ func (s *Sink) send(ctx context.Context, e *outbox.Event) error {
 	if err != nil {
 		return s.transportError(ctx, e, err)
 	}
+	// Drained and closed on every path so the connection is reused.
+	defer func() {
+		_, _ = io.CopyN(io.Discard, resp.Body, drainMax)
+		_ = resp.Body.Close()
+	}()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		drainClose(resp.Body)
 		return nil
 	}
 	return s.statusError(e, resp)

@@ -96,7 +96,11 @@ func (d *Driver) Requeue(ctx context.Context, ids []int64, from []string) ([]int
 
 // RequeueStatus requeues one keyset batch of events with the given status.
 func (d *Driver) RequeueStatus(ctx context.Context, status string, afterID int64, limit int) (int64, int64, error) {
-	rows, err := d.pool.Query(ctx, d.q.requeueStatus, status, afterID, limit)
+	sqlText, ok := d.q.requeueStatus[status]
+	if !ok {
+		return 0, afterID, fmt.Errorf("cannot requeue all %s events: only failed or processed", status)
+	}
+	rows, err := d.pool.Query(ctx, sqlText, afterID, limit)
 	if err != nil {
 		return 0, afterID, wrap(err)
 	}
@@ -113,16 +117,11 @@ func (d *Driver) RequeueStatus(ctx context.Context, status string, afterID int64
 
 // PurgeBatch deletes one batch of finished events.
 func (d *Driver) PurgeBatch(ctx context.Context, p driver.PurgeParams) (int64, error) {
-	var sqlText string
-	switch p.Status {
-	case driver.StatusProcessed:
-		sqlText = d.q.purgeProcessed
-	case driver.StatusFailed:
-		sqlText = d.q.purgeFailed
-	default:
+	sqlText, ok := d.q.purge[p.Status]
+	if !ok {
 		return 0, errors.New("purge deletes processed or failed events only")
 	}
-	tag, err := d.pool.Exec(ctx, sqlText, p.Status, p.OlderThan.Milliseconds(), p.BatchSize)
+	tag, err := d.pool.Exec(ctx, sqlText, p.OlderThan.Milliseconds(), p.BatchSize)
 	if err != nil {
 		return 0, wrap(err)
 	}

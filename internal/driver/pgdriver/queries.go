@@ -5,9 +5,8 @@ import "strings"
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
 	claim, markProcessed, markFailed, release, rescue string
-	stats, get, requeue, requeueStatus                string
-	purgeProcessed, purgeFailed                       string
-	listPrefix                                        string
+	stats, get, requeue, listPrefix                   string
+	requeueStatus, purge                              map[string]string // by status
 }
 
 // eventColumns is the column list scanned by scanEvent; prefix is a table
@@ -116,12 +115,16 @@ WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[])
 RETURNING id`
 
 	// Keyset over id so a long requeue of many events ends even while the
-	// relay fails some of them again.
-	q.requeueStatus = `WITH sel AS MATERIALIZED (
+	// relay fails some of them again. The status is a literal, not a
+	// parameter, so that a generic plan can still use the status's partial
+	// index (outbox_events_failed_idx for failed).
+	q.requeueStatus = map[string]string{}
+	for _, status := range []string{"failed", "processed"} {
+		q.requeueStatus[status] = `WITH sel AS MATERIALIZED (
     SELECT id FROM ` + t + `
-    WHERE status = $1 AND id > $2
+    WHERE status = '` + status + `' AND id > $1
     ORDER BY id
-    LIMIT $3
+    LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + t + ` AS e
@@ -130,21 +133,25 @@ SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
 FROM sel
 WHERE e.id = sel.id
 RETURNING e.id`
+	}
 
 	// Purge deletes one bounded batch per statement (short locks, short
 	// transactions), oldest IDs first. `id = ANY(ARRAY(…))` bounds the batch
-	// exactly, as the claim's CTE does.
-	purge := func(tsColumn string) string {
+	// exactly, as the claim's CTE does; the literal status keeps the partial
+	// index usable under a generic plan.
+	purge := func(status, tsColumn string) string {
 		return `DELETE FROM ` + t + `
 WHERE id = ANY(ARRAY(
     SELECT id FROM ` + t + `
-    WHERE status = $1 AND ` + tsColumn + ` < now() - $2::bigint * interval '1 millisecond'
+    WHERE status = '` + status + `' AND ` + tsColumn + ` < now() - $1::bigint * interval '1 millisecond'
     ORDER BY id
-    LIMIT $3
+    LIMIT $2
     FOR UPDATE SKIP LOCKED
 ))`
 	}
-	q.purgeProcessed = purge("processed_at")
-	q.purgeFailed = purge("updated_at")
+	q.purge = map[string]string{
+		"processed": purge("processed", "processed_at"),
+		"failed":    purge("failed", "updated_at"),
+	}
 	return q
 }
