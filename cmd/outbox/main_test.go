@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -251,14 +250,14 @@ func start(t *testing.T, env []string, args ...string) *process {
 	return p
 }
 
-// stop sends SIGTERM and returns the exit code.
-func (p *process) stop(t *testing.T) int {
+// stop sends sig and returns the exit code.
+func (p *process) stop(t *testing.T, sig os.Signal) int {
 	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.cmd.Process.Signal(sig))
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("outbox did not exit within 30s of SIGTERM; stderr:\n%s", p.stderr.String())
+		t.Fatalf("outbox did not exit within 30s of %v; stderr:\n%s", sig, p.stderr.String())
 	}
 	var exitErr *exec.ExitError
 	if errors.As(p.err, &exitErr) {

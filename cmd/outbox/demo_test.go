@@ -1,0 +1,45 @@
+package main_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testutil"
+)
+
+func TestDemoRunsToCompletionTwice(t *testing.T) {
+	t.Parallel()
+	schema := testutil.EmptySchemaName(t)
+	for range 2 { // re-runnable
+		res := run(t, nil, "demo", "--database-url", testutil.DatabaseURL(), "--schema", schema)
+		require.Equal(t, 0, res.code, "stderr:\n%s", res.stderr)
+
+		var aggregates []string
+		for _, line := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+			var ev struct {
+				EventType   string `json:"event_type"`
+				AggregateID string `json:"aggregate_id"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &ev), "stdout holds JSON lines only: %q", line)
+			require.Equal(t, "order.created", ev.EventType)
+			aggregates = append(aggregates, ev.AggregateID)
+		}
+		require.ElementsMatch(t, []string{"1001", "1002", "1004"}, aggregates, "the rolled-back order 1003 has no event")
+
+		require.Contains(t, res.stderr, "rolled back")
+		require.Contains(t, res.stderr, "skipped as a duplicate")
+		require.Contains(t, res.stderr, "stats: pending 0, processing 0, processed 3, failed 0\n")
+	}
+}
+
+func TestDemoRefusesSchemaItDidNotCreate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := outboxCmd(t, b.schema, "demo")
+	require.Equal(t, 2, res.code)
+	require.Contains(t, res.stderr, `outbox: schema "`+b.schema+`" exists and was not created by outbox demo`)
+	require.Zero(t, b.stats(t).Pending+b.stats(t).Processed)
+}
