@@ -77,7 +77,7 @@ the previous page.`,
 	f.StringVar(&p.AggregateID, "aggregate-id", "", "only events of this aggregate ID")
 	f.StringVar(&p.AggregateType, "aggregate-type", "", "only events of this aggregate type")
 	f.Int64Var(&p.BeforeID, "before-id", 0, "only events with a smaller ID (the next page)")
-	f.IntVar(&p.Limit, "limit", 50, "the most events to list")
+	f.IntVar(&p.Limit, "limit", outbox.ListLimitDefault, "the most events to list")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
 }

@@ -60,6 +60,6 @@ DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 	f := cmd.Flags()
 	f.StringVar(&olderThan, "older-than", "", "delete events finished longer ago than this, such as 7d or 36h (required)")
 	f.StringVar(&status, "status", string(outbox.StatusProcessed), "which events to delete: processed or failed")
-	f.IntVar(&batchSize, "batch-size", 1000, "rows deleted per statement")
+	f.IntVar(&batchSize, "batch-size", outbox.PurgeBatchSizeDefault, "rows deleted per statement")
 	return cmd
 }
