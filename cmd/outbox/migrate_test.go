@@ -1,6 +1,9 @@
 package main_test
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,4 +40,22 @@ func TestMigrateUnreachableDatabase(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "--database-url", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5", "migrate")
 	requireFail(t, res, 1, "connect to database:", "connection refused")
+}
+
+func TestLostOutputFails(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	cmd := exec.Command(binary, "migrate", "--print")
+	cmd.Env = environ()
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = full, &stderr
+	err = cmd.Run()
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, err, &exitErr)
+	require.Equal(t, 1, exitErr.ExitCode())
+	require.Equal(t, "outbox: write output: write /dev/stdout: no space left on device\n", stderr.String())
 }

@@ -48,24 +48,28 @@ func Main(args []string) int {
 // errors, logs and progress to stderr, and returns the exit code. Cancelling
 // ctx stops the command: the relay stops gracefully, other commands fail.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr, redact: &redactor{}}
+	a := &app{stdout: &output{w: stdout}, stderr: stderr, redact: &redactor{}}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	if err == nil && a.stdout.err != nil {
+		err = &runError{err: a.stdout.err}
+	}
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "outbox: "+a.redact.String(oneLine(errorMessage(err))))
+	notef(stderr, "outbox: %s\n", a.redact.String(oneLine(errorMessage(err))))
 	return exitCode(err)
 }
 
 // app holds the global flags and what is derived from them; every command
 // is a method set on it.
 type app struct {
-	stdout, stderr io.Writer
-	redact         *redactor
+	stdout *output
+	stderr io.Writer
+	redact *redactor
 
 	databaseURLFlag string
 	schema          string

@@ -71,7 +71,7 @@ a schema it did not create.`,
 }
 
 func (a *app) demo(ctx context.Context, schema string, relayLog *slog.Logger) error {
-	say := func(format string, args ...any) { fmt.Fprintf(a.stderr, format+"\n", args...) }
+	say := func(format string, args ...any) { notef(a.stderr, format+"\n", args...) }
 	pc, err := a.poolConfig(demoDatabaseURL)
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ func parseDuration(s string) (time.Duration, error) {
 		}
 		num := in[:i]
 		j := i
-		for j < len(in) && !(in[j] == '.' || ('0' <= in[j] && in[j] <= '9')) {
+		for j < len(in) && in[j] != '.' && (in[j] < '0' || in[j] > '9') {
 			j++
 		}
 		unit := in[i:j]

@@ -61,18 +61,18 @@ func (a *app) reportRequeue(ctx context.Context, m *outbox.Manager, verb string,
 	skipped := 0
 	for _, id := range ids {
 		if slices.Contains(changed, id) {
-			fmt.Fprintf(a.stdout, "event %d: %s (%s -> pending)\n", id, verb, from)
+			a.stdout.printf("event %d: %s (%s -> pending)\n", id, verb, from)
 			continue
 		}
 		skipped++
 		e, err := m.Event(ctx, id)
 		switch {
 		case errors.Is(err, outbox.ErrNotFound):
-			fmt.Fprintf(a.stdout, "event %d: not %s: not found\n", id, verb)
+			a.stdout.printf("event %d: not %s: not found\n", id, verb)
 		case err != nil:
 			return err
 		default:
-			fmt.Fprintf(a.stdout, "event %d: not %s: its status is %s, not %s\n", id, verb, e.Status, from)
+			a.stdout.printf("event %d: not %s: its status is %s, not %s\n", id, verb, e.Status, from)
 		}
 	}
 	if skipped > 0 {

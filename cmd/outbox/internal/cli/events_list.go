@@ -1,9 +1,6 @@
 package cli
 
 import (
-	"fmt"
-	"text/tabwriter"
-
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
@@ -55,18 +52,18 @@ the previous page.`,
 				}
 				return writeJSON(a.stdout, docs)
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATUS\tTYPE\tAGGREGATE\tATTEMPTS\tCREATED_AT\tLAST_ERROR")
+			tw := newTable(a.stdout, 2)
+			tw.row("ID\tSTATUS\tTYPE\tAGGREGATE\tATTEMPTS\tCREATED_AT\tLAST_ERROR\n")
 			for i := range events {
 				e := &events[i]
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Status, e.EventType, aggregate(e),
+				tw.row("%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Status, e.EventType, aggregate(e),
 					e.Attempts, formatTime(e.CreatedAt), truncate(e.LastError, lastErrorWidth))
 			}
-			if err := tw.Flush(); err != nil {
+			if err := tw.flush(); err != nil {
 				return err
 			}
 			if len(events) == p.Limit && isTerminal(a.stderr) {
-				fmt.Fprintf(a.stderr, "more events may follow: pass --before-id %d\n", events[len(events)-1].ID)
+				notef(a.stderr, "more events may follow: pass --before-id %d\n", events[len(events)-1].ID)
 			}
 			return nil
 		}),

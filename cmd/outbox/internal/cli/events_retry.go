@@ -53,7 +53,7 @@ its status); it exits 1 when any named event was not retried.`,
 				if err != nil {
 					return fmt.Errorf("retry failed events (%d retried before the error): %w", n, err)
 				}
-				fmt.Fprintf(a.stdout, "retried %d failed events\n", n)
+				a.stdout.printf("retried %d failed events\n", n)
 				return nil
 			}
 			changed, err := m.Retry(cmd.Context(), ids...)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -43,8 +42,8 @@ func (a *app) eventsShowCommand() *cobra.Command {
 }
 
 func (a *app) writeEvent(e *outbox.Event) error {
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 1, ' ', 0)
-	field := func(name string, value any) { fmt.Fprintf(tw, "%s:\t%v\n", name, value) }
+	tw := newTable(a.stdout, 1)
+	field := func(name string, value any) { tw.row("%s:\t%v\n", name, value) }
 	orDash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -70,7 +69,7 @@ func (a *app) writeEvent(e *outbox.Event) error {
 	field("locked_by", orDash(e.LockedBy))
 	field("locked_until", formatTime(e.LockedUntil))
 	field("processed_at", formatTime(e.ProcessedAt))
-	if err := tw.Flush(); err != nil {
+	if err := tw.flush(); err != nil {
 		return err
 	}
 	headers := e.Headers
@@ -81,8 +80,8 @@ func (a *app) writeEvent(e *outbox.Event) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "headers:\n  %s\n", h)
-	fmt.Fprintf(a.stdout, "payload:\n  %s\n", prettyJSON(e.Payload, "  "))
+	a.stdout.printf("headers:\n  %s\n", h)
+	a.stdout.printf("payload:\n  %s\n", prettyJSON(e.Payload, "  "))
 	return nil
 }
 

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
@@ -24,7 +22,7 @@ connecting: vendor it into goose, atlas or golang-migrate.`,
 			cfg := outboxmigrate.Config{Schema: a.schema}
 			if printSQL {
 				// The script is generated offline: a Database without a pool.
-				fmt.Fprint(a.stdout, outboxmigrate.SQL(outbox.Postgres(nil), cfg))
+				a.stdout.printf("%s", outboxmigrate.SQL(outbox.Postgres(nil), cfg))
 				return nil
 			}
 			pool, err := a.connect(cmd.Context())
@@ -37,13 +35,13 @@ connecting: vendor it into goose, atlas or golang-migrate.`,
 				return err
 			}
 			if len(res.Applied) == 0 {
-				fmt.Fprintf(a.stdout, "schema is up to date at version %d\n", res.Version)
+				a.stdout.printf("schema is up to date at version %d\n", res.Version)
 				return nil
 			}
 			for _, m := range res.Applied {
-				fmt.Fprintf(a.stdout, "applied migration %03d_%s to schema %q\n", m.Version, m.Name, a.schema)
+				a.stdout.printf("applied migration %03d_%s to schema %q\n", m.Version, m.Name, a.schema)
 			}
-			fmt.Fprintf(a.stdout, "schema is now at version %d\n", res.Version)
+			a.stdout.printf("schema is now at version %d\n", res.Version)
 			return nil
 		}),
 	}

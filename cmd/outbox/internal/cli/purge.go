@@ -53,7 +53,7 @@ DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 			if err != nil {
 				return fmt.Errorf("purge (%d events deleted before the error): %w", n, err)
 			}
-			fmt.Fprintf(a.stdout, "purged %d %s events older than %s\n", n, st, olderThan)
+			a.stdout.printf("purged %d %s events older than %s\n", n, st, olderThan)
 			return nil
 		}),
 	}

@@ -44,8 +44,9 @@ func openSink(raw string, o sinkOptions, r *redactor) (outbox.Sink, error) {
 	if err != nil {
 		// url.Error quotes the URL; keep the cause only, the URL may hold
 		// credentials.
-		var cause error = err
-		if ue, ok := err.(*url.Error); ok {
+		cause := err
+		var ue *url.Error
+		if errors.As(err, &ue) {
 			cause = ue.Err
 		}
 		return nil, usagef("invalid --sink URL: %v", cause)

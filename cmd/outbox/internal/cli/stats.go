@@ -2,10 +2,8 @@ package cli
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,13 +59,13 @@ func statsDocument(s outbox.Stats) statsJSON {
 }
 
 func writeStats(a *app, s outbox.Stats) error {
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "pending\t%d\n", s.Pending)
-	fmt.Fprintf(tw, "processing\t%d\n", s.Processing)
-	fmt.Fprintf(tw, "processed\t%d\n", s.Processed)
-	fmt.Fprintf(tw, "failed\t%d\n", s.Failed)
-	fmt.Fprintf(tw, "oldest pending age\t%s\n", s.OldestPendingAge.Round(time.Millisecond))
-	return tw.Flush()
+	tw := newTable(a.stdout, 2)
+	tw.row("pending\t%d\n", s.Pending)
+	tw.row("processing\t%d\n", s.Processing)
+	tw.row("processed\t%d\n", s.Processed)
+	tw.row("failed\t%d\n", s.Failed)
+	tw.row("oldest pending age\t%s\n", s.OldestPendingAge.Round(time.Millisecond))
+	return tw.flush()
 }
 
 // writeJSON writes v as indented JSON and a newline.

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"time"
@@ -46,12 +45,12 @@ func (p *progress) update(done int64) {
 	}
 	p.last, p.printed = now, true
 	rate := float64(done) / max(now.Sub(p.start).Seconds(), 1e-3)
-	fmt.Fprintf(p.w, "\r\033[K%s %d events (%.0f/s)", p.verb, done, rate)
+	notef(p.w, "\r\033[K%s %d events (%.0f/s)", p.verb, done, rate)
 }
 
 // done clears the progress line.
 func (p *progress) done() {
 	if p.w != nil && p.printed {
-		fmt.Fprint(p.w, "\r\033[K")
+		notef(p.w, "\r\033[K")
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -25,16 +24,16 @@ func (a *app) versionCommand() *cobra.Command {
 					}
 				}
 			}
-			fmt.Fprintf(a.stdout, "outbox %s\n", version)
+			a.stdout.printf("outbox %s\n", version)
 			if revision != "" {
-				fmt.Fprintf(a.stdout, "revision %s\n", revision)
+				a.stdout.printf("revision %s\n", revision)
 			}
 			if goVersion != "" {
-				fmt.Fprintf(a.stdout, "built with %s\n", goVersion)
+				a.stdout.printf("built with %s\n", goVersion)
 			}
 			// The migrations are embedded; no database is needed to list them.
 			latest := outboxmigrate.Latest(outbox.Postgres(nil))
-			fmt.Fprintf(a.stdout, "schema version %d (%03d_%s)\n", latest.Version, latest.Version, latest.Name)
+			a.stdout.printf("schema version %d (%03d_%s)\n", latest.Version, latest.Version, latest.Name)
 			return nil
 		}),
 	}
