@@ -65,7 +65,8 @@ func TestRelayWebhookUntilSIGTERM(t *testing.T) {
 	ids := b.writeN(t, n)
 	srv := newWebhookServer(t)
 	const password, secret = "RelayDbPassw0rd", "TopSecretHmacKey123"
-	relayID := "cli-test-" + b.schema
+	// application_name holds at most 63 bytes: keep the ID short.
+	relayID := "cli-test-" + b.schema[len(b.schema)-8:]
 
 	p := start(t, []string{"OUTBOX_WEBHOOK_SECRET=" + secret},
 		"--database-url", withPassword(t, password), "--schema", b.schema, "--log-format", "json", "--log-level", "debug",

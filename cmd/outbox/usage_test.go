@@ -20,8 +20,13 @@ func TestHelpPrintsUsage(t *testing.T) {
 		require.Contains(t, res.stdout, flag)
 	}
 
+	require.NotContains(t, res.stdout, "outbox [flags]")
+
 	res = run(t, nil, "relay", "--help")
 	requireOK(t, res)
+	help := run(t, nil, "help", "relay")
+	requireOK(t, help)
+	require.Equal(t, res.stdout, help.stdout)
 	for _, flag := range []string{"--sink ", "--batch-size", "--poll-interval", "--lease", "--sink-timeout", "--max-attempts",
 		"--backoff-base", "--backoff-max", "--relay-id", "--workers", "--webhook-secret", "--sink-concurrency", "--source"} {
 		require.Contains(t, res.stdout, flag)
@@ -44,6 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{"misspelled command", []string{"stat"}, []string{`did you mean "stats"?`}},
 		{"unknown subcommand", []string{"events", "lst"}, []string{`unknown command "lst" for "outbox events"`, `did you mean "list"?`}},
 		{"no subcommand", []string{"events"}, []string{"missing command: use one of list, replay, retry, show"}},
+		{"unknown help topic", []string{"help", "nonsense"}, []string{`unknown command "nonsense" for "outbox"`}},
 		{"unknown flag", []string{"stats", "--bogus"}, []string{"unknown flag: --bogus"}},
 		{"unknown global flag", []string{"--bogus", "stats"}, []string{"unknown flag: --bogus"}},
 		{"extra argument", append(db, "stats", "extra"), []string{`unknown command "extra" for "outbox stats"`}},
@@ -66,6 +72,7 @@ func TestUsageErrors(t *testing.T) {
 		{"missing sink", append(db, "relay"), []string{"missing --sink"}},
 		{"unknown sink scheme", append(db, "relay", "--sink", "kafkaa://broker:9092"), []string{`unknown sink scheme "kafkaa": use one of stdout, http, https`}},
 		{"unknown bare sink", append(db, "relay", "--sink", "stdot"), []string{`unknown sink scheme "stdot": use one of stdout, http, https`}},
+		{"bad webhook source", append(db, "relay", "--sink", "https://hooks.example.com/h", "--source", " /x"), []string{"invalid --source:"}},
 		{"webhook URL without host", append(db, "relay", "--sink", "http:///hook"), []string{"invalid --sink:", "no host"}},
 		{"sink timeout equals lease", append(db, "relay", "--sink", "stdout:", "--lease", "5s", "--sink-timeout", "5s"),
 			[]string{"invalid --sink-timeout: is 5s, not shorter than the lease (5s)"}},

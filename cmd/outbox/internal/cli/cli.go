@@ -96,6 +96,11 @@ The password in it never appears in output or logs.`,
 		PersistentPreRunE: a.setup,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetHelpCommand(helpCommand())
+	// A group command runs only to report a missing subcommand: do not
+	// show "outbox [flags]" as a usage line.
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(),
+		"Usage:{{if .Runnable}}", "Usage:{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 
 	f := root.PersistentFlags()
@@ -126,6 +131,27 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	a.logger = logger
 	slog.SetDefault(logger)
 	return nil
+}
+
+// helpCommand is "outbox help [command]"; unlike cobra's, it fails on an
+// unknown topic instead of printing the root's usage.
+func helpCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			switch {
+			case err != nil:
+				return &usageError{err: err}
+			case len(rest) > 0 && cmd.HasAvailableSubCommands():
+				return groupArgs(cmd, rest)
+			case len(rest) > 0:
+				return usagef("unknown help topic %q: see outbox --help", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	}
 }
 
 // groupArgs rejects an unknown subcommand of a command that only groups
