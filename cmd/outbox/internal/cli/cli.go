@@ -149,6 +149,7 @@ func helpCommand() *cobra.Command {
 			case len(rest) > 0:
 				return usagef("unknown help topic %q: see outbox --help", strings.Join(args, " "))
 			}
+			cmd.InitDefaultHelpFlag() // list -h, --help as --help does
 			return cmd.Help()
 		},
 	}
