@@ -126,6 +126,8 @@ func (c RelayConfig) Validate() error {
 		return bad("RescueInterval", "is %v: use a positive duration", c.RescueInterval)
 	case c.ShutdownTimeout <= 0:
 		return bad("ShutdownTimeout", "is %v: use a positive duration", c.ShutdownTimeout)
+	case c.ShutdownTimeout >= c.Lease:
+		return bad("ShutdownTimeout", "is %v, not shorter than the lease (%v): a stopping relay would hold leases past their end; lower it", c.ShutdownTimeout, c.Lease)
 	case c.RelayID == "":
 		return bad("RelayID", "is empty")
 	}

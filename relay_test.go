@@ -591,6 +591,7 @@ func TestRelayConfigValidation(t *testing.T) {
 		{outbox.RelayConfig{Sink: sink, BatchSize: outbox.BatchSizeMax + 1}, "BatchSize"},
 		{outbox.RelayConfig{Sink: sink, BackoffBase: time.Minute, BackoffMax: time.Second}, "BackoffMax"},
 		{outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{42}}, "Hooks"},
+		{outbox.RelayConfig{Sink: sink, Lease: 10 * time.Second, ShutdownTimeout: 10 * time.Second}, "ShutdownTimeout"},
 	}
 	for _, c := range cases {
 		_, err := outbox.NewRelay(db, c.cfg)

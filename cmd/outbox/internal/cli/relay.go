@@ -21,7 +21,7 @@ var relayFlagNames = map[string]string{
 	"BatchSize": "--batch-size", "Workers": "--workers", "PollInterval": "--poll-interval",
 	"Lease": "--lease", "SinkTimeout": "--sink-timeout", "MaxAttempts": "--max-attempts",
 	"BackoffBase": "--backoff-base", "BackoffMax": "--backoff-max", "RelayID": "--relay-id",
-	"Sink": "--sink",
+	"Sink": "--sink", "ShutdownTimeout": "--shutdown-timeout",
 }
 
 func (a *app) relayCommand() *cobra.Command {
@@ -43,7 +43,8 @@ The --sink URL's scheme picks the sink:
   http://… https://…  CloudEvents webhook (HTTP POST), signed with --webhook-secret
 
 It runs until SIGINT or SIGTERM, then stops claiming, lets in-flight batches
-finish and exits 0. Its connections show in pg_stat_activity as
+finish (events still publishing after --shutdown-timeout are released to
+pending without spending an attempt) and exits 0. Its connections show in pg_stat_activity as
 application_name outbox-relay:<relay-id>.`,
 		Example: "  outbox relay --sink stdout:\n  outbox relay --sink https://example.com/hooks/outbox --webhook-secret \"$SECRET\"",
 		Args:    cobra.NoArgs,
@@ -55,6 +56,7 @@ application_name outbox-relay:<relay-id>.`,
 				"batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0, "poll-interval": cfg.PollInterval > 0,
 				"lease": cfg.Lease > 0, "sink-timeout": cfg.SinkTimeout > 0, "max-attempts": cfg.MaxAttempts > 0,
 				"backoff-base": cfg.BackoffBase > 0, "backoff-max": cfg.BackoffMax > 0, "sink-concurrency": so.Concurrency > 0,
+				"shutdown-timeout": cfg.ShutdownTimeout > 0,
 			}); err != nil {
 				return err
 			}
@@ -102,8 +104,9 @@ application_name outbox-relay:<relay-id>.`,
 	f.DurationVar(&cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
 	f.DurationVar(&cfg.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "bound on one publish, shorter than --lease; unset, half the lease when that is shorter")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed publishes before an event is dead-lettered (status failed)")
-	f.DurationVar(&cfg.BackoffBase, "backoff-base", outbox.BackoffBaseDefault, "retry delay after the first failure, doubled after each next one")
+	f.DurationVar(&cfg.BackoffBase, "backoff-base", outbox.BackoffBaseDefault, "retry delay base: the n-th failure waits backoff-base·2^n (with jitter)")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", outbox.BackoffMaxDefault, "longest retry delay")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 0, "on SIGTERM, how long in-flight batches may finish before they are released (default sink timeout + 5s, within the lease)")
 	f.StringVar(&cfg.RelayID, "relay-id", "", "this relay's name in locked_by, logs and application_name (default hostname:pid)")
 	f.StringVar(&so.WebhookSecret, "webhook-secret", "", "webhook: secret that signs each request (default $"+EnvWebhookSecret+")")
 	f.IntVar(&so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
