@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,7 +184,12 @@ ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
 	}
 	say("6. checked: the rolled-back order 1003 has no event")
 	say("stats: pending %d, processing %d, processed %d, failed %d", stats.Pending, stats.Processing, stats.Processed, stats.Failed)
-	say("next: outbox events list --schema %s, or outbox stats --schema %s", schema, schema)
+	target := "--schema " + schema
+	if a.databaseURLFlag == "" && os.Getenv(EnvDatabaseURL) == "" {
+		// The other commands have no fallback database: name the demo's.
+		target = "--database-url '" + demoDatabaseURL + "' " + target
+	}
+	say("next: outbox events list %s, or outbox stats %s", target, target)
 	return nil
 }
 
