@@ -1,79 +1,32 @@
 package webhooksink
 
 import (
-	"maps"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/envelope"
 )
 
-// CloudEvents HTTP binary-mode header names. net/http canonicalizes them
-// (Ce-Id); HTTP header names are case-insensitive.
-const (
-	headerSpecVersion   = "ce-specversion"
-	headerID            = "ce-id"
-	headerType          = "ce-type"
-	headerSource        = "ce-source"
-	headerSubject       = "ce-subject"
-	headerTime          = "ce-time"
-	headerAggregateType = "ce-aggregatetype"
-	headerTraceParent   = "traceparent"
-	headerTraceState    = "tracestate"
-
-	specVersion = "1.0"
-	contentType = "application/json"
-)
-
-// reservedAttributes are the CloudEvents 1.0 context attributes and the
-// extension this sink sets itself; event headers may not shadow them.
-var reservedAttributes = []string{
-	"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time", "data",
-	"aggregatetype",
-}
-
-// setCloudEventHeaders sets the binary-mode CloudEvents headers for e.
+// setCloudEventHeaders sets the binary-mode CloudEvents headers for e: each
+// attribute of the shared envelope as a ce- header, except datacontenttype,
+// which is Content-Type; the W3C trace context as plain traceparent and
+// tracestate headers (the distributed tracing extension's HTTP form).
 func setCloudEventHeaders(h http.Header, source string, e *outbox.Event) {
-	set := func(name, value string) { h.Set(name, percentEncode(value)) }
-	set(headerSpecVersion, specVersion)
-	set(headerID, strconv.FormatInt(e.ID, 10))
-	set(headerType, e.EventType)
-	set(headerSource, source)
-	if e.AggregateID != "" {
-		set(headerSubject, e.AggregateID)
-	}
-	if !e.CreatedAt.IsZero() {
-		set(headerTime, e.CreatedAt.UTC().Format(time.RFC3339Nano))
-	}
-	if e.AggregateType != "" {
-		set(headerAggregateType, e.AggregateType)
-	}
-	h.Set("Content-Type", contentType)
-
-	// Sorted so that, of several headers mapping to one name, the same
-	// one wins on every delivery.
-	seen := make(map[string]bool, len(e.Headers))
-	for _, name := range slices.Sorted(maps.Keys(e.Headers)) {
-		attr := AttributeName(name)
-		if attr == "" || seen[attr] || slices.Contains(reservedAttributes, attr) {
+	env := envelope.For(e, source)
+	for _, a := range env.Attributes {
+		if a.Name == envelope.DataContentType {
+			h.Set("Content-Type", a.Value)
 			continue
 		}
-		seen[attr] = true
-		value := e.Headers[name]
-		switch attr {
-		case headerTraceParent, headerTraceState:
-			// W3C trace context travels as plain HTTP headers; a value
-			// net/http would refuse to send is dropped rather than
-			// failing the event.
-			if validHeaderValue(value) {
-				h.Set(attr, value)
-			}
-		default:
-			set("ce-"+attr, value)
-		}
+		h.Set("ce-"+a.Name, percentEncode(a.Value))
+	}
+	// A value net/http would refuse to send is dropped rather than failing
+	// the event.
+	if v := env.Trace.TraceParent; v != "" && validHeaderValue(v) {
+		h.Set("traceparent", v)
+	}
+	if v := env.Trace.TraceState; v != "" && validHeaderValue(v) {
+		h.Set("tracestate", v)
 	}
 }
 
@@ -81,19 +34,7 @@ func setCloudEventHeaders(h http.Header, source string, e *outbox.Event) {
 // attribute that carries it: the name lowercased with every character
 // other than a-z and 0-9 dropped (correlation_id becomes correlationid). It
 // returns "" when nothing is left.
-func AttributeName(header string) string {
-	var b strings.Builder
-	for i := 0; i < len(header); i++ {
-		c := header[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
+func AttributeName(header string) string { return envelope.AttributeName(header) }
 
 // percentEncode encodes a CloudEvents attribute value for an HTTP header as
 // the HTTP protocol binding (1.0.2, 3.1.3.2) requires: space, double
