@@ -39,7 +39,7 @@ func FuzzAttributeName(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, c := range []byte(AttributeName(s)) {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
 				t.Fatalf("AttributeName(%q) has %q", s, c)
 			}
 		}
