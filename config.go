@@ -67,10 +67,15 @@ type RelayConfig struct {
 	// plus 5 seconds, at most a second less than the lease, so a stopping
 	// relay never holds a lease past its end.
 	ShutdownTimeout time.Duration
+	// EventTypes, when set, limits the relay to events whose type matches
+	// one of these patterns, where * matches any run of characters
+	// ("order.*"). The filter is part of the claim statement, so relays with
+	// disjoint patterns can serve different sinks from one table.
+	EventTypes []string
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay; each may implement any of the Hook
-	// interfaces (HookBatch, HookDeadLetter).
+	// interfaces (HookBatch, HookDeadLetter, HookPublish).
 	Hooks []Hook
 }
 
@@ -131,13 +136,19 @@ func (c RelayConfig) Validate() error {
 	case c.RelayID == "":
 		return bad("RelayID", "is empty")
 	}
+	for i, p := range c.EventTypes {
+		if p == "" {
+			return bad("EventTypes", "entry %d is empty: use * to match every type", i)
+		}
+	}
 	for i, h := range c.Hooks {
 		if h == nil {
 			return bad("Hooks", "entry %d is nil", i)
 		}
 		_, isBatch := h.(HookBatch)
 		_, isDead := h.(HookDeadLetter)
-		if !isBatch && !isDead {
+		_, isPublish := h.(HookPublish)
+		if !isBatch && !isDead && !isPublish {
 			return bad("Hooks", "entry %d (%T) implements no hook interface", i, h)
 		}
 	}

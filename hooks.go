@@ -21,6 +21,14 @@ type HookDeadLetter interface {
 	OnDeadLetter(ctx context.Context, event Event, err error)
 }
 
+// HookPublish is called for each event just before the sink publishes it,
+// and the function it returns (if not nil) with the event's result. It may
+// change e.Headers — the sink sees the change and the stored row does not —
+// which is how a tracing hook hands the sink the context of a publish span.
+type HookPublish interface {
+	OnPublish(ctx context.Context, e *Event) (done func(err error))
+}
+
 // BatchInfo describes one claimed batch after it was settled.
 type BatchInfo struct {
 	RelayID string

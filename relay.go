@@ -23,8 +23,9 @@ type Relay struct {
 	log  *slog.Logger
 	wake chan struct{}
 
-	batchHooks []HookBatch
-	deadHooks  []HookDeadLetter
+	batchHooks   []HookBatch
+	deadHooks    []HookDeadLetter
+	publishHooks []HookPublish
 
 	mu       sync.Mutex
 	started  bool
@@ -59,6 +60,9 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		}
 		if d, ok := h.(HookDeadLetter); ok {
 			r.deadHooks = append(r.deadHooks, d)
+		}
+		if p, ok := h.(HookPublish); ok {
+			r.publishHooks = append(r.publishHooks, p)
 		}
 	}
 	return r, nil
@@ -203,7 +207,8 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	failures := 0
 	for !r.isStopping() {
 		start := time.Now()
-		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize, Lease: r.cfg.Lease})
+		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
+			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes})
 		if err != nil {
 			if r.isStopping() || ctx.Err() != nil {
 				return
@@ -303,11 +308,28 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	r.runBatchHooks(ctx, info)
 }
 
-// publish calls the sink under the sink timeout and normalizes its answer
-// to one error per event.
-func (r *Relay) publish(ctx context.Context, events []Event) (errs []error) {
+// publish calls the sink under the sink timeout, with the publish hooks
+// around it, and returns one error per event.
+func (r *Relay) publish(ctx context.Context, events []Event) []error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SinkTimeout)
 	defer cancel()
+	var done []func(error)
+	if len(r.publishHooks) > 0 {
+		done = r.startPublishHooks(ctx, events)
+	}
+	errs := r.callSink(ctx, events)
+	for i, d := range done {
+		if d != nil {
+			err := errs[i/len(r.publishHooks)]
+			r.safeHook(func() { d(err) })
+		}
+	}
+	return errs
+}
+
+// callSink calls the sink and normalizes its answer to one error per event;
+// a panic fails the whole batch, retryably.
+func (r *Relay) callSink(ctx context.Context, events []Event) (errs []error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("sink panicked", slog.Any("panic", p))
@@ -317,11 +339,26 @@ func (r *Relay) publish(ctx context.Context, events []Event) (errs []error) {
 	errs = r.cfg.Sink.Publish(ctx, events)
 	switch {
 	case errs == nil:
-		return make([]error, len(events))
+		errs = make([]error, len(events))
 	case len(errs) != len(events):
-		return BatchError(len(events), fmt.Errorf("sink returned %d results for %d events", len(errs), len(events)))
+		errs = BatchError(len(events), fmt.Errorf("sink returned %d results for %d events", len(errs), len(events)))
 	}
 	return errs
+}
+
+// startPublishHooks calls every HookPublish for every event and returns the
+// done functions, len(events)·len(hooks) of them, event-major.
+func (r *Relay) startPublishHooks(ctx context.Context, events []Event) []func(error) {
+	done := make([]func(error), 0, len(events)*len(r.publishHooks))
+	for i := range events {
+		e := &events[i]
+		for _, h := range r.publishHooks {
+			var d func(error)
+			r.safeHook(func() { d = h.OnPublish(ctx, e) })
+			done = append(done, d)
+		}
+	}
+	return done
 }
 
 func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) int {

@@ -613,3 +613,74 @@ func TestRelayStartWithoutTable(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrNoTable)
 	require.Contains(t, err.Error(), "run outbox migrate")
 }
+
+func TestRelayEventTypeFilterClaimsOnlyMatchingTypes(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	types := []string{"order.created", "order.paid", "user.created", "odd%type", "odd_type", "oddXtype"}
+	b.write(t, len(types), func(i int, m *outbox.Message) { m.EventType = types[i] })
+	orders, odd := outboxtest.NewRecorder(), outboxtest.NewRecorder()
+	b.start(t, outbox.RelayConfig{Sink: orders, RelayID: "orders", EventTypes: []string{"order.*"}})
+	b.start(t, outbox.RelayConfig{Sink: odd, RelayID: "odd", EventTypes: []string{"odd%type", "odd_type"}})
+	b.waitStats(t, "4 processed", func(s outbox.Stats) bool { return s.Processed == 4 })
+
+	got := func(r *outboxtest.Recorder) []string {
+		var out []string
+		for _, e := range r.Events() {
+			out = append(out, e.EventType)
+		}
+		return out
+	}
+	require.ElementsMatch(t, []string{"order.created", "order.paid"}, got(orders))
+	require.ElementsMatch(t, []string{"odd%type", "odd_type"}, got(odd), "% and _ match themselves")
+	// user.created and oddXtype are left for another relay, never leased.
+	s := b.stats(t)
+	require.EqualValues(t, 2, s.Pending)
+	require.Zero(t, s.Processing)
+}
+
+// tracingHook rewrites each event's traceparent before the sink sees it and
+// records the results it is told.
+type tracingHook struct {
+	mu      sync.Mutex
+	results map[int64]error
+}
+
+func (h *tracingHook) OnPublish(_ context.Context, e *outbox.Event) func(error) {
+	if e.Headers == nil {
+		e.Headers = map[string]string{}
+	}
+	e.Headers[outbox.HeaderTraceParent] = fmt.Sprintf("span-for-%d", e.ID)
+	return func(err error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.results[e.ID] = err
+	}
+}
+
+func TestRelayPublishHookSeesEveryEventAndResult(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := b.write(t, 3, nil)
+	rec := outboxtest.NewRecorder()
+	rec.SetFail(func(e outbox.Event) error {
+		if e.ID == ids[1] {
+			return outbox.Permanent(errors.New("rejected"))
+		}
+		return nil
+	})
+	hook := &tracingHook{results: map[int64]error{}}
+	b.start(t, outbox.RelayConfig{Sink: rec, Hooks: []outbox.Hook{hook}})
+	b.waitStats(t, "settled", func(s outbox.Stats) bool { return s.Processed == 2 && s.Failed == 1 })
+	for _, e := range rec.Events() {
+		require.Equal(t, fmt.Sprintf("span-for-%d", e.ID), e.Headers[outbox.HeaderTraceParent])
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	require.Len(t, hook.results, 3)
+	require.NoError(t, hook.results[ids[0]])
+	require.EqualError(t, hook.results[ids[1]], "rejected")
+	stored, err := b.mgr.Event(b.ctx, ids[0])
+	require.NoError(t, err)
+	require.Empty(t, stored.Headers[outbox.HeaderTraceParent], "the hook's change is not stored")
+}

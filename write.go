@@ -83,18 +83,24 @@ type SQLTx interface {
 type WriterConfig struct {
 	// Schema holds outbox_events. Defaults to SchemaDefault.
 	Schema string
+	// HeadersFromContext, when set, is called once per write; the headers
+	// it returns are added to every message that does not set them itself.
+	// A tracing adapter uses it to store the caller's trace context
+	// (traceparent, tracestate) with each event.
+	HeadersFromContext func(ctx context.Context) map[string]string
 }
 
 // Writer writes events into the outbox inside the caller's transaction, so
 // they commit or roll back with the business rows beside them. It is safe for
 // concurrent use.
 type Writer struct {
-	insert pgdriver.Insert
+	insert      pgdriver.Insert
+	fromContext func(context.Context) map[string]string
 }
 
 // NewWriter returns a Writer for the outbox table in cfg.Schema.
 func NewWriter(cfg WriterConfig) *Writer {
-	return &Writer{insert: pgdriver.NewInsert(schemaOrDefault(cfg.Schema))}
+	return &Writer{insert: pgdriver.NewInsert(schemaOrDefault(cfg.Schema)), fromContext: cfg.HeadersFromContext}
 }
 
 // Write stores msgs in tx with one round trip. A message whose idempotency
@@ -102,7 +108,7 @@ func NewWriter(cfg WriterConfig) *Writer {
 // does not abort tx. Invalid messages are refused with a *MessageError before
 // anything is sent.
 func (w *Writer) Write(ctx context.Context, tx PgxTx, msgs ...Message) (WriteResult, error) {
-	events, err := prepare(msgs)
+	events, err := w.prepare(ctx, msgs)
 	if err != nil || len(events) == 0 {
 		return WriteResult{}, err
 	}
@@ -116,7 +122,7 @@ func (w *Writer) Write(ctx context.Context, tx PgxTx, msgs ...Message) (WriteRes
 
 // WriteSQL is Write for a database/sql transaction on the pgx stdlib driver.
 func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, msgs ...Message) (WriteResult, error) {
-	events, err := prepare(msgs)
+	events, err := w.prepare(ctx, msgs)
 	if err != nil || len(events) == 0 {
 		return WriteResult{}, err
 	}
@@ -175,7 +181,11 @@ func writeErr(err error) error {
 func driverErr(err error) error { return pgdriver.WrapError(err) }
 
 // prepare validates msgs and encodes their payloads and headers.
-func prepare(msgs []Message) ([]driver.NewEvent, error) {
+func (w *Writer) prepare(ctx context.Context, msgs []Message) ([]driver.NewEvent, error) {
+	var ctxHeaders map[string]string
+	if w.fromContext != nil {
+		ctxHeaders = w.fromContext(ctx)
+	}
 	events := make([]driver.NewEvent, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
@@ -192,7 +202,7 @@ func prepare(msgs []Message) ([]driver.NewEvent, error) {
 		if err != nil {
 			return nil, &MessageError{Index: i, Field: "Payload", Err: err}
 		}
-		headers, err := encodeHeaders(m)
+		headers, err := encodeHeaders(m, ctxHeaders)
 		if err != nil {
 			return nil, &MessageError{Index: i, Field: "Headers", Err: err}
 		}
@@ -225,11 +235,16 @@ func encodePayload(p any) ([]byte, error) {
 	return raw, nil
 }
 
-func encodeHeaders(m *Message) ([]byte, error) {
-	if len(m.Headers) == 0 && m.CorrelationID == "" && m.CausationID == "" && m.SchemaVersion == "" {
+func encodeHeaders(m *Message, ctxHeaders map[string]string) ([]byte, error) {
+	if len(m.Headers) == 0 && len(ctxHeaders) == 0 && m.CorrelationID == "" && m.CausationID == "" && m.SchemaVersion == "" {
 		return []byte("{}"), nil
 	}
-	h := make(map[string]string, len(m.Headers)+3)
+	h := make(map[string]string, len(m.Headers)+len(ctxHeaders)+3)
+	for k, v := range ctxHeaders {
+		if k != "" && v != "" {
+			h[k] = v
+		}
+	}
 	for k, v := range m.Headers {
 		if k == "" {
 			return nil, errors.New("has an empty name")

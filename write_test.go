@@ -188,3 +188,28 @@ func TestWriteMissingTable(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrNoTable)
 	require.Contains(t, err.Error(), "run outbox migrate")
 }
+
+type traceKey struct{}
+
+func TestWriteHeadersFromContext(t *testing.T) {
+	t.Parallel()
+	b := setupWrite(t)
+	w := outbox.NewWriter(outbox.WriterConfig{Schema: b.schema, HeadersFromContext: func(ctx context.Context) map[string]string {
+		tp, _ := ctx.Value(traceKey{}).(string)
+		return map[string]string{outbox.HeaderTraceParent: tp, "empty": ""}
+	}})
+	ctx := context.WithValue(b.ctx, traceKey{}, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := w.Write(ctx, tx,
+		outbox.Message{EventType: "a", Payload: 1},
+		outbox.Message{EventType: "b", Payload: 2, Headers: map[string]string{outbox.HeaderTraceParent: "mine"}})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	a, err := b.mgr.Event(ctx, res.IDs[0])
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, a.Headers)
+	own, err := b.mgr.Event(ctx, res.IDs[1])
+	require.NoError(t, err)
+	require.Equal(t, "mine", own.Headers[outbox.HeaderTraceParent], "a message's own header wins")
+}

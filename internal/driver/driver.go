@@ -63,6 +63,9 @@ type ClaimParams struct {
 	RelayID   string
 	BatchSize int
 	Lease     time.Duration
+	// EventTypes, when not empty, limits the claim to event types matching
+	// one of these patterns (* matches any run of characters).
+	EventTypes []string
 }
 
 // Claim is a leased batch. LockedUntil is the lease's end as the database

@@ -43,3 +43,14 @@ func TestDecodeHeadersKeepsNonStringValues(t *testing.T) {
 		}
 	}
 }
+
+func TestLikePatterns(t *testing.T) {
+	t.Parallel()
+	got := LikePatterns([]string{"order.*", "a%b_c\\d", "*", "exact"})
+	want := []string{"order.%", `a\%b\_c\\d`, "%", "exact"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("LikePatterns[%d] = %q, want %q", i, got[i], want[i])
+		}
+	}
+}

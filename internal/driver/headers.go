@@ -3,6 +3,7 @@ package driver
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // DecodeHeaders turns a stored headers object into a string map. Writers in
@@ -32,4 +33,27 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 		headers[k] = string(v)
 	}
 	return headers, nil
+}
+
+// LikePatterns turns event-type patterns, where * matches any run of
+// characters, into SQL LIKE patterns with backslash as the escape
+// character: %, _ and \ in a pattern match themselves.
+func LikePatterns(globs []string) []string {
+	out := make([]string, len(globs))
+	for i, g := range globs {
+		var b strings.Builder
+		for _, r := range g {
+			switch r {
+			case '*':
+				b.WriteByte('%')
+			case '%', '_', '\\':
+				b.WriteByte('\\')
+				b.WriteRune(r)
+			default:
+				b.WriteRune(r)
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
 }

@@ -4,7 +4,8 @@ import "strings"
 
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
-	claim, markProcessed, markFailed, release, rescue string
+	claim, claimFiltered                              string
+	markProcessed, markFailed, release, rescue        string
 	stats, get, requeue, listPrefix                   string
 	requeueStatus, purge                              map[string]string // by status
 }
@@ -36,9 +37,10 @@ func buildQueries(t string) queries {
 	// than the limit, and materializing it keeps the planner on the
 	// outbox_events_pending_idx range scan even under a generic plan.
 	// SKIP LOCKED lets any number of relays claim disjoint batches.
-	q.claim = `WITH due AS MATERIALIZED (
+	claim := func(filter string) string {
+		return `WITH due AS MATERIALIZED (
     SELECT id FROM ` + t + `
-    WHERE status = 'pending' AND available_at <= now()
+    WHERE status = 'pending' AND available_at <= now()` + filter + `
     ORDER BY available_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -49,6 +51,11 @@ SET status = 'processing', locked_by = $2,
 FROM due
 WHERE e.id = due.id
 RETURNING ` + eventColumns("e.")
+	}
+	q.claim = claim("")
+	// A relay serving some event types filters in the claim itself, so it
+	// never leases (and never delays) events meant for another relay.
+	q.claimFiltered = claim("\n      AND event_type LIKE ANY($4::text[])")
 
 	// Marks are fenced on the lease they were claimed under: a relay whose
 	// lease expired and whose rows were re-claimed changes nothing.

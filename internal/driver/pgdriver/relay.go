@@ -13,7 +13,15 @@ import (
 
 // Claim leases a batch of due pending events.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim, error) {
-	rows, err := d.pool.Query(ctx, d.q.claim, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if len(p.EventTypes) == 0 {
+		rows, err = d.pool.Query(ctx, d.q.claim, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
+	} else {
+		rows, err = d.pool.Query(ctx, d.q.claimFiltered, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), driver.LikePatterns(p.EventTypes))
+	}
 	if err != nil {
 		return driver.Claim{}, wrap(err)
 	}
