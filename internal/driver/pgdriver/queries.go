@@ -4,10 +4,10 @@ import "strings"
 
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
-	claim, claimFiltered                              string
-	markProcessed, markFailed, release, rescue        string
-	stats, get, requeue, listPrefix                   string
-	requeueStatus, purge                              map[string]string // by status
+	claim, claimFiltered                       string
+	markProcessed, markFailed, release, rescue string
+	stats, get, requeue, listPrefix            string
+	requeueStatus, purge                       map[string]string // by status
 }
 
 // eventColumns is the column list scanned by scanEvent; prefix is a table
