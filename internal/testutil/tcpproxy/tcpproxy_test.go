@@ -1,0 +1,78 @@
+package tcpproxy_test
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo starts a line echo server.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn) error {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return err
+	}
+	_, err := bufio.NewReader(c).ReadString('\n')
+	return err
+}
+
+func TestProxyCutRefuseAllow(t *testing.T) {
+	p := tcpproxy.Start(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, roundTrip(t, c))
+
+	p.Cut()
+	require.Error(t, roundTrip(t, c), "a cut connection fails")
+
+	p.Refuse()
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err) // the listener accepts, then hangs up
+	require.Error(t, roundTrip(t, c2))
+	_ = c2.Close()
+
+	p.Allow()
+	c3, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c3.Close()
+	require.NoError(t, roundTrip(t, c3))
+	p.Close()
+}
