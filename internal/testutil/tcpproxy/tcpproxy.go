@@ -4,6 +4,7 @@
 package tcpproxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -28,7 +29,7 @@ type Proxy struct {
 // is closed when t ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("tcpproxy: %v", err)
 	}
@@ -64,7 +65,7 @@ func (p *Proxy) accept() {
 		}
 		p.accepts++
 		p.mu.Unlock()
-		server, err := net.Dial("tcp", p.target)
+		server, err := new(net.Dialer).DialContext(context.Background(), "tcp", p.target)
 		if err != nil {
 			_ = client.Close()
 			continue
