@@ -163,6 +163,11 @@ type Driver interface {
 
 	// Stats counts events per status.
 	Stats(ctx context.Context) (Stats, error)
+	// EstimateStats is Stats without scanning processed rows: pending,
+	// processing and failed are exact (their partial indexes are small),
+	// processed is the planner's estimate. It is cheap enough to run on
+	// every metrics scrape.
+	EstimateStats(ctx context.Context) (Stats, error)
 	// ListEvents lists events, newest first.
 	ListEvents(ctx context.Context, p ListParams) ([]Event, error)
 	// GetEvent returns one event or ErrNotFound.

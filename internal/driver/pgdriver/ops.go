@@ -15,9 +15,24 @@ import (
 
 // Stats counts events per status.
 func (d *Driver) Stats(ctx context.Context) (driver.Stats, error) {
+	return d.stats(ctx, d.q.stats)
+}
+
+// EstimateStats counts events per status, estimating processed.
+func (d *Driver) EstimateStats(ctx context.Context) (driver.Stats, error) {
+	s, err := d.stats(ctx, d.q.estimateStats)
+	if err != nil {
+		return s, err
+	}
+	// reltuples counts every row; the other statuses are exact.
+	s.Processed = max(s.Processed-s.Pending-s.Processing-s.Failed, 0)
+	return s, nil
+}
+
+func (d *Driver) stats(ctx context.Context, sqlText string) (driver.Stats, error) {
 	var s driver.Stats
 	var age float64
-	err := d.pool.QueryRow(ctx, d.q.stats).Scan(&s.Pending, &s.Processing, &s.Processed, &s.Failed, &age)
+	err := d.pool.QueryRow(ctx, sqlText).Scan(&s.Pending, &s.Processing, &s.Processed, &s.Failed, &age)
 	if err != nil {
 		return s, wrap(err)
 	}

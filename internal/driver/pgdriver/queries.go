@@ -4,10 +4,10 @@ import "strings"
 
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
-	claim, claimFiltered                       string
-	markProcessed, markFailed, release, rescue string
-	stats, get, requeue, listPrefix            string
-	requeueStatus, purge                       map[string]string // by status
+	claim, claimFiltered                           string
+	markProcessed, markFailed, release, rescue     string
+	stats, estimateStats, get, requeue, listPrefix string
+	requeueStatus, purge                           map[string]string // by status
 }
 
 // eventColumns is the column list scanned by scanEvent; prefix is a table
@@ -107,6 +107,18 @@ RETURNING e.id`
     (SELECT count(*) FROM ` + t + ` WHERE status = 'pending'),
     (SELECT count(*) FROM ` + t + ` WHERE status = 'processing'),
     (SELECT count(*) FROM ` + t + ` WHERE status = 'processed'),
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'failed'),
+    coalesce((SELECT extract(epoch FROM now() - available_at)::float8 FROM ` + t + `
+        WHERE status = 'pending' AND available_at <= now()
+        ORDER BY available_at, id LIMIT 1), 0)`
+
+	// The planner's row estimate (kept by autovacuum and ANALYZE) stands in
+	// for the processed count: an exact count would scan the whole history
+	// on every metrics scrape.
+	q.estimateStats = `SELECT
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'pending'),
+    (SELECT count(*) FROM ` + t + ` WHERE status = 'processing'),
+    (SELECT greatest(c.reltuples::bigint, 0) FROM pg_class c WHERE c.oid = '` + strings.ReplaceAll(t, "'", "''") + `'::regclass),
     (SELECT count(*) FROM ` + t + ` WHERE status = 'failed'),
     coalesce((SELECT extract(epoch FROM now() - available_at)::float8 FROM ` + t + `
         WHERE status = 'pending' AND available_at <= now()
