@@ -6,7 +6,39 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/outboxkit/outbox/internal/driver"
 )
+
+// Retention says what the relay does with a delivered event's row.
+type Retention string
+
+// Retention modes.
+const (
+	// RetainProcessed keeps delivered events in outbox_events with status
+	// processed: the history stays queryable and replayable, and idempotency
+	// keys keep deduplicating against it; `outbox purge` trims it. The
+	// default.
+	RetainProcessed Retention = Retention(driver.RetainProcessed)
+	// RetainDelete deletes each event once the sink acknowledged it: the
+	// table holds only undelivered events and stays small, the fastest
+	// mode. An idempotency key then only deduplicates against events not
+	// yet delivered.
+	RetainDelete Retention = Retention(driver.RetainDelete)
+	// RetainArchive moves each delivered event to outbox_events_archive, so
+	// the hot table stays small and history is kept apart (purge trims it).
+	// Idempotency keys deduplicate as with RetainDelete.
+	RetainArchive Retention = Retention(driver.RetainArchive)
+)
+
+// ParseRetention returns the retention mode named s.
+func ParseRetention(s string) (Retention, error) {
+	switch r := Retention(s); r {
+	case RetainProcessed, RetainDelete, RetainArchive:
+		return r, nil
+	}
+	return "", &ConfigError{Field: "Retention", Err: fmt.Errorf("unknown mode %q: use processed, delete or archive", s)}
+}
 
 // Relay defaults; RelayConfig.WithDefaults fills zero fields with them.
 const (
@@ -67,6 +99,9 @@ type RelayConfig struct {
 	// plus 5 seconds, at most a second less than the lease, so a stopping
 	// relay never holds a lease past its end.
 	ShutdownTimeout time.Duration
+	// Retention is what happens to a delivered event's row. Defaults to
+	// RetainProcessed.
+	Retention Retention
 	// EventTypes, when set, limits the relay to events whose type matches
 	// one of these patterns, where * matches any run of characters
 	// ("order.*"). The filter is part of the claim statement, so relays with
@@ -85,6 +120,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	if c.RelayID == "" {
 		c.RelayID = DefaultRelayID()
 	}
+	setDefault(&c.Retention, RetainProcessed)
 	setDefault(&c.BatchSize, BatchSizeDefault)
 	setDefault(&c.Workers, WorkersDefault)
 	setDefault(&c.PollInterval, PollIntervalDefault)
@@ -135,6 +171,9 @@ func (c RelayConfig) Validate() error {
 		return bad("ShutdownTimeout", "is %v, not shorter than the lease (%v): a stopping relay would hold leases past their end; lower it", c.ShutdownTimeout, c.Lease)
 	case c.RelayID == "":
 		return bad("RelayID", "is empty")
+	}
+	if _, err := ParseRetention(string(c.Retention)); err != nil {
+		return err
 	}
 	for i, p := range c.EventTypes {
 		if p == "" {

@@ -170,7 +170,8 @@ type PurgeParams struct {
 }
 
 // Purge deletes finished events in batches, each its own short statement,
-// until none match. It returns how many it deleted.
+// until none match; purging processed events also trims
+// outbox_events_archive. It returns how many it deleted.
 func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (int64, error) {
 	if p.Status == "" {
 		p.Status = StatusProcessed
@@ -187,6 +188,23 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 	var total int64
 	for {
 		n, err := m.drv.PurgeBatch(ctx, driver.PurgeParams{Status: string(p.Status), OlderThan: p.OlderThan, BatchSize: p.BatchSize})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < int64(p.BatchSize) {
+			break
+		}
+	}
+	if p.Status != StatusProcessed {
+		return total, nil
+	}
+	// Events a relay archived are processed history too.
+	for {
+		n, err := m.drv.PurgeArchiveBatch(ctx, p.OlderThan, p.BatchSize)
 		if err != nil {
 			return total, err
 		}

@@ -364,7 +364,7 @@ func (r *Relay) startPublishHooks(ctx context.Context, events []Event) []func(er
 func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) int {
 	var n int64
 	r.retryDB(ctx, "mark processed", func() (err error) {
-		n, err = r.drv.MarkProcessed(ctx, f, idList)
+		n, err = r.drv.MarkProcessed(ctx, f, idList, driver.Retention(r.cfg.Retention))
 		return err
 	})
 	r.reportLostLease("processed", len(idList), n)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -683,4 +684,30 @@ func TestRelayPublishHookSeesEveryEventAndResult(t *testing.T) {
 	stored, err := b.mgr.Event(b.ctx, ids[0])
 	require.NoError(t, err)
 	require.Empty(t, stored.Headers[outbox.HeaderTraceParent], "the hook's change is not stored")
+}
+
+func TestRelayRetentionModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []outbox.Retention{outbox.RetainDelete, outbox.RetainArchive} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setupRelay(t)
+			ids := b.write(t, 20, nil)
+			rec := outboxtest.NewRecorder()
+			b.start(t, outbox.RelayConfig{Sink: rec, Retention: mode})
+			rec.WaitLen(t, 20, 10*time.Second)
+			b.waitStats(t, "table emptied", func(s outbox.Stats) bool { return s.Pending+s.Processing+s.Processed == 0 })
+			_, err := b.mgr.Event(b.ctx, ids[0])
+			require.ErrorIs(t, err, outbox.ErrNotFound)
+			var archived int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+pgx.Identifier{b.schema, "outbox_events_archive"}.Sanitize()).Scan(&archived))
+			if mode == outbox.RetainArchive {
+				require.Equal(t, 20, archived)
+			} else {
+				require.Zero(t, archived)
+			}
+		})
+	}
+	_, err := outbox.ParseRetention("forever")
+	require.ErrorContains(t, err, "use processed, delete or archive")
 }

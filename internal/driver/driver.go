@@ -18,6 +18,20 @@ const (
 	StatusFailed     = "failed"
 )
 
+// Retention says what happens to a delivered event's row.
+type Retention string
+
+// Retention modes.
+const (
+	// RetainProcessed keeps the row with status processed (history in the
+	// table; purge trims it).
+	RetainProcessed Retention = "processed"
+	// RetainDelete deletes the row once the sink acknowledged it.
+	RetainDelete Retention = "delete"
+	// RetainArchive moves the row to outbox_events_archive.
+	RetainArchive Retention = "archive"
+)
+
 // ErrNotFound is returned when an event does not exist.
 var ErrNotFound = errors.New("event not found")
 
@@ -148,9 +162,10 @@ type Driver interface {
 
 	// Claim leases up to BatchSize due pending events.
 	Claim(ctx context.Context, p ClaimParams) (Claim, error)
-	// MarkProcessed marks published events processed; it returns how many
-	// rows still held the fence.
-	MarkProcessed(ctx context.Context, f Fence, ids []int64) (int64, error)
+	// MarkProcessed marks published events processed, deletes them or
+	// archives them, per retention; it returns how many rows still held the
+	// fence.
+	MarkProcessed(ctx context.Context, f Fence, ids []int64, retention Retention) (int64, error)
 	// MarkFailed records failed publishes: attempts+1, last_error, then
 	// pending after the delay or failed at max attempts (maxAttempts is the
 	// default for rows without their own) or at once when permanent.
@@ -181,4 +196,7 @@ type Driver interface {
 	RequeueStatus(ctx context.Context, status string, afterID int64, limit int) (n int64, lastID int64, err error)
 	// PurgeBatch deletes one batch of finished events and returns how many.
 	PurgeBatch(ctx context.Context, p PurgeParams) (int64, error)
+	// PurgeArchiveBatch deletes one batch of archived events processed more
+	// than olderThan ago and returns how many.
+	PurgeArchiveBatch(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error)
 }

@@ -142,3 +142,12 @@ func (d *Driver) PurgeBatch(ctx context.Context, p driver.PurgeParams) (int64, e
 	}
 	return tag.RowsAffected(), nil
 }
+
+// PurgeArchiveBatch deletes one batch of old archived events.
+func (d *Driver) PurgeArchiveBatch(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
+	tag, err := d.pool.Exec(ctx, d.q.purgeArchive, olderThan.Milliseconds(), batchSize)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -166,7 +166,7 @@ func TestMarksAreFencedByLease(t *testing.T) {
 
 	staleFence := driver.Fence{RelayID: "slow", LockedUntil: stale.LockedUntil}
 	ids := claimIDs(stale)
-	n, err := b.drv.MarkProcessed(b.ctx, staleFence, ids)
+	n, err := b.drv.MarkProcessed(b.ctx, staleFence, ids, driver.RetainProcessed)
 	require.NoError(t, err)
 	require.Zero(t, n, "stale relay marked rows it no longer holds")
 	res, err := b.drv.MarkFailed(b.ctx, staleFence, 5, []driver.Failure{{ID: ids[0], Error: "x"}})
@@ -179,11 +179,11 @@ func TestMarksAreFencedByLease(t *testing.T) {
 
 	// The same relay ID with an older lease is fenced out too.
 	old := driver.Fence{RelayID: "fast", LockedUntil: fresh.LockedUntil.Add(-time.Microsecond)}
-	n, err = b.drv.MarkProcessed(b.ctx, old, ids)
+	n, err = b.drv.MarkProcessed(b.ctx, old, ids, driver.RetainDelete)
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "fast", LockedUntil: fresh.LockedUntil}, ids)
+	n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "fast", LockedUntil: fresh.LockedUntil}, ids, driver.RetainProcessed)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
 }
@@ -337,4 +337,43 @@ func TestPingMissingTable(t *testing.T) {
 	t.Parallel()
 	err := pgdriver.New(testutil.Pool(t), testutil.EmptySchemaName(t)).Ping(context.Background())
 	require.ErrorIs(t, err, driver.ErrNoTable)
+}
+
+func TestRetentionModes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 9)
+	count := func(table string) int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+table).Scan(&n))
+		return n
+	}
+	archive := pgx.Identifier{b.schema, "outbox_events_archive"}.Sanitize()
+	for i, mode := range []driver.Retention{driver.RetainProcessed, driver.RetainDelete, driver.RetainArchive} {
+		c := b.claim(t, "r", 3, time.Minute)
+		require.Equal(t, ids[i*3:i*3+3], claimIDs(c))
+		// A fence from another lease changes nothing, whatever the mode.
+		n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "other", LockedUntil: c.LockedUntil}, claimIDs(c), mode)
+		require.NoError(t, err)
+		require.Zero(t, n, mode)
+		n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}, claimIDs(c), mode)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n, mode)
+	}
+	require.Equal(t, 3, count(b.drv.Table()), "processed kept, deleted and archived gone")
+	require.Equal(t, 3, count(archive))
+	var status string
+	var processedAt *time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, processed_at FROM `+archive+` WHERE id = $1`, ids[6]).Scan(&status, &processedAt))
+	require.Equal(t, "processed", status)
+	require.NotNil(t, processedAt)
+
+	n, err := b.drv.PurgeArchiveBatch(b.ctx, time.Hour, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing archived an hour ago")
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+archive+` SET processed_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	n, err = b.drv.PurgeArchiveBatch(b.ctx, time.Hour, 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
 }

@@ -6,6 +6,7 @@ import "strings"
 type queries struct {
 	claim, claimFiltered                           string
 	markProcessed, markFailed, release, rescue     string
+	markDeleted, markArchived, purgeArchive        string
 	stats, estimateStats, get, requeue, listPrefix string
 	requeueStatus, purge                           map[string]string // by status
 }
@@ -63,6 +64,31 @@ RETURNING ` + eventColumns("e.")
 	q.markProcessed = `UPDATE ` + t + `
 SET status = 'processed', processed_at = now(), updated_at = now(), locked_until = NULL
 WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
+
+	// Retention "delete": the fenced rows go once the sink acknowledged them,
+	// so the hot table never grows with history.
+	fence := `id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
+	q.markDeleted = `DELETE FROM ` + t + ` WHERE ` + fence
+	// Retention "archive": move the fenced rows to the archive table in one
+	// statement.
+	archive := strings.TrimSuffix(t, `"`) + `_archive"`
+	q.markArchived = `WITH moved AS (
+    DELETE FROM ` + t + ` WHERE ` + fence + `
+    RETURNING id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+              attempts, max_attempts, last_error, available_at, locked_by, created_at
+)
+INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+    status, attempts, max_attempts, last_error, available_at, locked_by, created_at, updated_at, processed_at)
+SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+    'processed', attempts, max_attempts, last_error, available_at, locked_by, created_at, now(), now()
+FROM moved`
+	q.purgeArchive = `DELETE FROM ` + archive + `
+WHERE id = ANY(ARRAY(
+    SELECT id FROM ` + archive + `
+    WHERE processed_at < now() - $1::bigint * interval '1 millisecond'
+    ORDER BY processed_at
+    LIMIT $2
+))`
 
 	// One statement for the whole batch's failures. Whether an event is dead
 	// is decided here, from the row's own attempts and max_attempts, so an

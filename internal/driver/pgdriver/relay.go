@@ -43,9 +43,17 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 	return claim, nil
 }
 
-// MarkProcessed marks published events processed.
-func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
-	tag, err := d.pool.Exec(ctx, d.q.markProcessed, ids, f.RelayID, f.LockedUntil)
+// MarkProcessed marks published events processed, or deletes or archives
+// them.
+func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64, retention driver.Retention) (int64, error) {
+	sqlText := d.q.markProcessed
+	switch retention {
+	case driver.RetainDelete:
+		sqlText = d.q.markDeleted
+	case driver.RetainArchive:
+		sqlText = d.q.markArchived
+	}
+	tag, err := d.pool.Exec(ctx, sqlText, ids, f.RelayID, f.LockedUntil)
 	if err != nil {
 		return 0, wrap(err)
 	}
