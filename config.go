@@ -99,6 +99,11 @@ type RelayConfig struct {
 	// plus 5 seconds, at most a second less than the lease, so a stopping
 	// relay never holds a lease past its end.
 	ShutdownTimeout time.Duration
+	// Listen makes the relay hold one connection in LISTEN and claim as
+	// soon as a writer with WriterConfig.NotifyInterval commits events,
+	// instead of waiting out PollInterval. Writers in the relay's own
+	// process can call Relay.Wake instead.
+	Listen bool
 	// Retention is what happens to a delivered event's row. Defaults to
 	// RetainProcessed.
 	Retention Retention

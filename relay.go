@@ -34,6 +34,10 @@ type Relay struct {
 	done     chan struct{}      // closed when every goroutine has returned
 }
 
+// trailingClaimDelay is how soon a loop claims again after a claim that
+// found events but not a full batch.
+const trailingClaimDelay = 5 * time.Millisecond
+
 // maxErrorLen bounds last_error so a sink that returns a whole HTTP body
 // cannot bloat the table.
 const maxErrorLen = 2000
@@ -110,6 +114,22 @@ func (r *Relay) Start(ctx context.Context) error {
 		wg.Go(func() { r.claimLoop(workCtx, i) })
 	}
 	wg.Go(func() { r.rescueLoop(workCtx) })
+	if l, ok := r.drv.(driver.Listener); ok && r.cfg.Listen {
+		listenCtx, stopListen := context.WithCancel(workCtx)
+		wg.Go(func() {
+			l.Listen(listenCtx, r.Wake, func(err error) {
+				r.log.Warn("listen for new events failed; reconnecting", slog.String("error", err.Error()))
+			})
+		})
+		// The listener ends with the claim loops, not at the hard stop.
+		wg.Go(func() {
+			select {
+			case <-r.stopping:
+			case <-listenCtx.Done():
+			}
+			stopListen()
+		})
+	}
 	go func() {
 		wg.Wait()
 		close(r.done)
@@ -225,14 +245,18 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			log.Info("claims resumed", slog.Int("failed_claims", failures))
 			failures = 0
 		}
+		wait := r.cfg.PollInterval
 		if n := len(claim.Events); n > 0 {
 			log.Debug("claimed", slog.Int("batch_size", n))
 			r.handle(ctx, claim, time.Since(start))
 			if n == r.cfg.BatchSize {
 				continue // more are likely due: claim again at once
 			}
+			// Events are flowing: claim again shortly, which also picks up
+			// what writers committed without a wake-up of their own.
+			wait = min(wait, trailingClaimDelay)
 		}
-		if !r.sleep(r.cfg.PollInterval, true) {
+		if !r.sleep(wait, true) {
 			return
 		}
 	}

@@ -200,3 +200,11 @@ type Driver interface {
 	// than olderThan ago and returns how many.
 	PurgeArchiveBatch(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error)
 }
+
+// Listener is implemented by drivers whose database can push a wake-up when
+// events are written (PostgreSQL LISTEN/NOTIFY).
+type Listener interface {
+	// Listen calls wake for each notification about this driver's schema
+	// until ctx ends, reconnecting after errors (reported to onErr).
+	Listen(ctx context.Context, wake func(), onErr func(error))
+}

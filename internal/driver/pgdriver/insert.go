@@ -12,6 +12,11 @@ import (
 // round trip, inside the caller's transaction.
 type Insert struct {
 	SQL string
+	// SQLNotify is SQL that also notifies NotifyChannel with the schema
+	// as payload, delivered when the transaction commits; its last two
+	// arguments are NotifyArgs.
+	SQLNotify string
+	schema    string
 }
 
 // NewInsert builds the insert statement for the outbox table in schema.
@@ -41,8 +46,18 @@ func NewInsert(schema string) Insert {
     RETURNING id
 )
 SELECT input.ord, input.id FROM input JOIN inserted USING (id)`
-	return Insert{SQL: sqlText}
+	// The notification rides in the same statement: no extra round trip.
+	// A MATERIALIZED CTE that the final SELECT references runs exactly once.
+	notify := strings.Replace(sqlText, "), inserted AS (", `), woke AS MATERIALIZED (
+    SELECT pg_notify($10, $11)
+), inserted AS (`, 1)
+	notify = strings.Replace(notify, "SELECT input.ord, input.id FROM input JOIN inserted USING (id)",
+		"SELECT input.ord, input.id FROM input JOIN inserted USING (id) CROSS JOIN woke", 1)
+	return Insert{SQL: sqlText, SQLNotify: notify, schema: schema}
 }
+
+// NotifyArgs returns the two trailing arguments of SQLNotify.
+func (i Insert) NotifyArgs() []any { return []any{NotifyChannel, i.schema} }
 
 // Args returns the statement's arguments for events.
 func (Insert) Args(events []driver.NewEvent) []any {

@@ -1,0 +1,59 @@
+package pgdriver
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NotifyChannel is the channel writers notify and relays listen on; the
+// payload is the schema whose outbox got new events.
+const NotifyChannel = "outbox_events"
+
+// Listen holds one pool connection in LISTEN and calls wake for every
+// notification about this driver's schema, until ctx ends. A lost
+// connection is logged through onErr and re-established with backoff;
+// Listen returns only when ctx ends.
+func (d *Driver) Listen(ctx context.Context, wake func(), onErr func(error)) {
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		onErr(err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+func (d *Driver) listenOnce(ctx context.Context, wake func()) error {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The session is in LISTEN state: never hand it back to the pool.
+	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
+		return err
+	}
+	// Events committed before LISTEN took effect sent no notification we
+	// can receive: claim once now.
+	wake()
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload == d.schema {
+			wake()
+		}
+	}
+}
