@@ -1,0 +1,125 @@
+package natssink
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/envelope"
+)
+
+// HeaderPrefix starts the name of every NATS header that carries a
+// CloudEvents attribute, as the CloudEvents NATS binding's binary mode
+// prescribes.
+const HeaderPrefix = "ce-"
+
+// newMsg builds the binary-mode CloudEvents message for e on subject.
+func newMsg(subject, source string, e *outbox.Event) *nats.Msg {
+	env := envelope.For(e, source)
+	h := make(nats.Header, len(env.Attributes)+3)
+	for _, a := range env.Attributes {
+		// datacontenttype is an attribute like any other here: in the NATS
+		// binding a Content-Type header would mean structured mode.
+		h.Set(HeaderPrefix+a.Name, percentEncode(a.Value))
+	}
+	h.Set(jetstream.MsgIDHeader, strconv.FormatInt(e.ID, 10))
+	if v := env.Trace.TraceParent; v != "" && validHeaderValue(v) {
+		h.Set(outbox.HeaderTraceParent, v)
+	}
+	if v := env.Trace.TraceState; v != "" && validHeaderValue(v) {
+		h.Set(outbox.HeaderTraceState, v)
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}
+}
+
+// checkSubject reports why subject cannot be published to, or nil.
+func checkSubject(subject string) error {
+	if err := checkTokens(subject); err != nil {
+		return err
+	}
+	if strings.HasPrefix(subject, "$") {
+		return errors.New("starts with $, which NATS reserves for its system APIs ($JS, $SYS, $KV): route the event to an application subject")
+	}
+	for _, tok := range strings.Split(subject, ".") {
+		if tok == "*" || tok == ">" {
+			return fmt.Errorf("has the wildcard token %q, which can be subscribed to but not published to: route the event to a literal subject", tok)
+		}
+	}
+	return nil
+}
+
+// checkStreamSubject reports why subject cannot be a stream's subject
+// filter, or nil. Wildcards are allowed.
+func checkStreamSubject(subject string) error {
+	if err := checkTokens(subject); err != nil {
+		return fmt.Errorf("stream subject %w", err)
+	}
+	tokens := strings.Split(subject, ".")
+	for i, tok := range tokens {
+		if tok == ">" && i != len(tokens)-1 {
+			return fmt.Errorf("stream subject %q has > before its last token: > matches the rest of a subject and must come last", subject)
+		}
+	}
+	return nil
+}
+
+// checkTokens rejects what no NATS subject may hold: nothing at all,
+// whitespace or control characters, and empty tokens.
+func checkTokens(subject string) error {
+	if subject == "" {
+		return errors.New("is empty: set a route template or the event fields it uses")
+	}
+	for i := 0; i < len(subject); i++ {
+		if c := subject[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("%q holds whitespace or a control character at byte %d: NATS subjects cannot", subject, i)
+		}
+	}
+	if strings.HasPrefix(subject, ".") || strings.HasSuffix(subject, ".") || strings.Contains(subject, "..") {
+		return fmt.Errorf("%q has an empty token (a leading, trailing or doubled dot): fill in the event field the route template uses or give the template a fallback such as {aggregate_type|events}", subject)
+	}
+	return nil
+}
+
+// percentEncode encodes a CloudEvents attribute value for a NATS header as
+// the NATS binding (3.1.3.2) requires: space, double quote, percent and
+// every byte outside printable ASCII become %XX.
+func percentEncode(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if mustEncode(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if mustEncode(c) {
+			b = append(b, '%', hex[c>>4], hex[c&0xf])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func mustEncode(c byte) bool { return c <= ' ' || c == '"' || c == '%' || c >= 0x7f }
+
+// validHeaderValue reports whether s can travel as a NATS header value: no
+// control characters other than tab.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
