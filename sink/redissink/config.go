@@ -1,0 +1,248 @@
+package redissink
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/route"
+)
+
+// Defaults; Config.WithDefaults fills zero fields with them.
+const (
+	SourceDefault      = "/outbox"
+	DialTimeoutDefault = 5 * time.Second
+)
+
+// Config configures a Sink.
+type Config struct {
+	// URL is the server, redis://[user:pass@]host[:port][/db] or rediss://…
+	// for TLS. The query may hold go-redis connection options such as
+	// read_timeout, write_timeout, pool_size or max_retries (see
+	// redis.ParseURL). Required unless Client is set.
+	URL string
+	// Client, when set, is used instead of a client made from URL: a
+	// cluster or failover client, or one with options URL cannot express.
+	// The sink does not close it.
+	Client redis.UniversalClient
+	// MaxLen, when positive, trims every stream the sink writes to about
+	// this many entries (XADD MAXLEN ~ n): Redis trims whole macro nodes, so
+	// a stream may hold somewhat more. Zero keeps every entry.
+	MaxLen int64
+	// MaxLenExact trims to exactly MaxLen entries (MAXLEN = n), which costs
+	// Redis more work on every XADD.
+	MaxLenExact bool
+	// Router picks each event's stream key. Defaults to route.New(""),
+	// which routes to {aggregate_type|events}.{event_type}.
+	Router *route.Router
+	// Source is the CloudEvents source attribute, a URI reference naming
+	// this outbox. Defaults to SourceDefault.
+	Source string
+	// TLS configures rediss connections. Defaults to the system roots and
+	// the URL's host as server name.
+	TLS *tls.Config
+	// DialTimeout bounds connecting. Defaults to DialTimeoutDefault; the
+	// URL's dial_timeout overrides it.
+	DialTimeout time.Duration
+	// Logger receives the sink's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Source == "" {
+		c.Source = SourceDefault
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DialTimeoutDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// sinkParams are the URL query parameters ConfigFromURL moves into Config.
+var sinkParams = []string{"maxlen", "maxlen_exact", "route", "source"}
+
+// ConfigFromURL parses the sink URL form
+//
+//	redis[s]://[[user]:pass@]host[:port][/db][?option=value&…]
+//
+// into a Config. The options are maxlen (entries to keep per stream, about),
+// maxlen_exact (true or false), route (a stream key template) and source;
+// they are removed from Config.URL, which keeps the go-redis connection
+// options. Errors never quote the password.
+func ConfigFromURL(rawURL string) (Config, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return Config{}, err
+	}
+	bad := func(format string, args ...any) error {
+		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Config{}, bad("%s: the query does not parse: use option=value pairs joined by &", redactURL(u))
+	}
+	for _, name := range sinkParams {
+		if len(q[name]) > 1 {
+			return Config{}, bad("%s: option %q is given %d times: give it once", redactURL(u), name, len(q[name]))
+		}
+	}
+	var cfg Config
+	if v := q.Get("maxlen"); v != "" {
+		if cfg.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || cfg.MaxLen < 0 {
+			return Config{}, bad("%s: maxlen=%q: use a whole number of entries, or 0 to keep every entry", redactURL(u), v)
+		}
+	}
+	if v := q.Get("maxlen_exact"); v != "" {
+		if cfg.MaxLenExact, err = strconv.ParseBool(v); err != nil {
+			return Config{}, bad("%s: maxlen_exact=%q is not a boolean: use true or false", redactURL(u), v)
+		}
+	}
+	cfg.Source = q.Get("source")
+	if tmpl := q.Get("route"); tmpl != "" {
+		if cfg.Router, err = route.New(tmpl); err != nil {
+			return Config{}, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("route option: %w", err)}
+		}
+	}
+	for _, name := range sinkParams {
+		q.Del(name)
+	}
+	u.RawQuery = q.Encode()
+	cfg.URL = u.String()
+	return cfg, nil
+}
+
+// parseURL parses and checks a server URL. Its errors never quote the
+// userinfo.
+func parseURL(raw string) (*url.URL, error) {
+	bad := func(format string, args ...any) error {
+		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
+	}
+	if raw == "" {
+		return nil, bad("is empty: set the server, such as redis://localhost:6379/0")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error quotes the whole URL, password included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, bad("does not parse (%v): use redis://user:pass@host:port/db, percent-encoding reserved characters in the user and password", err)
+	}
+	switch {
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		return nil, bad("%s has scheme %q: use redis:// or rediss://", redactURL(u), u.Scheme)
+	case u.Opaque != "" || u.Hostname() == "":
+		return nil, bad("%s has no host: use redis://host:port/db", redactURL(u))
+	case u.Fragment != "":
+		return nil, bad("%s has a #fragment: remove it", redactURL(u))
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, bad("%s has port %q: use 1 to 65535", redactURL(u), p)
+		}
+	}
+	return u, nil
+}
+
+// options checks c, which has its defaults, and returns the client
+// options for URL (nil when Client is set). Its errors never quote the
+// password.
+func (c Config) options() (*redis.Options, error) {
+	bad := func(field, format string, args ...any) error {
+		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	if _, err := url.Parse(c.Source); err != nil || strings.TrimSpace(c.Source) != c.Source {
+		return nil, bad("Source", "%q is not a URI reference: use something like /outbox or urn:example:orders", c.Source)
+	}
+	switch {
+	case c.MaxLen < 0:
+		return nil, bad("MaxLen", "is %d: use a positive number of entries, or 0 to keep every entry", c.MaxLen)
+	case c.MaxLenExact && c.MaxLen == 0:
+		return nil, bad("MaxLenExact", "is set but MaxLen is 0: set MaxLen too, or drop MaxLenExact")
+	case c.DialTimeout < 0:
+		return nil, bad("DialTimeout", "is %v: use a positive duration, or 0 for the default", c.DialTimeout)
+	}
+	if c.Client != nil {
+		if c.URL != "" {
+			return nil, bad("URL", "is set along with Client: set one of them")
+		}
+		return nil, nil
+	}
+	u, err := parseURL(c.URL)
+	if err != nil {
+		return nil, err
+	}
+	for name := range u.Query() {
+		if slices.Contains(sinkParams, name) {
+			return nil, bad("URL", "%s: %q is a sink option: parse the URL with ConfigFromURL, or set the Config field", redactURL(u), name)
+		}
+	}
+	hasDialTimeout := u.Query().Has("dial_timeout")
+	opts, err := redis.ParseURL(c.URL)
+	if err != nil {
+		// The URL parsed above, so this names an option or the database;
+		// go-redis does not quote the password there.
+		return nil, bad("URL", "%s: %s", redactURL(u), strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if !hasDialTimeout {
+		opts.DialTimeout = c.DialTimeout
+	}
+	if c.TLS != nil && u.Scheme == "rediss" {
+		opts.TLSConfig = c.TLS.Clone()
+		if opts.TLSConfig.ServerName == "" {
+			opts.TLSConfig.ServerName = u.Hostname()
+		}
+	}
+	return opts, nil
+}
+
+// redactURL names a server for errors and logs: scheme, host, port and
+// database, never the userinfo or query.
+func redactURL(u *url.URL) string {
+	host := u.Host
+	if host == "" {
+		host = "?"
+	}
+	return u.Scheme + "://" + host + u.EscapedPath()
+}
+
+// endpoint names the server of raw for errors and logs, redacted.
+func endpoint(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return redactURL(u)
+}
+
+// String describes c without the password, so a Config can be printed or
+// logged.
+func (c Config) String() string {
+	return fmt.Sprintf("redissink.Config{URL: %s, MaxLen: %d, Source: %q}", endpoint(c.URL), c.MaxLen, c.Source)
+}
+
+// GoString is String, so %#v does not print the password either.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue logs c without the password.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("url", endpoint(c.URL)),
+		slog.Int64("maxlen", c.MaxLen),
+		slog.String("source", c.Source),
+	)
+}
