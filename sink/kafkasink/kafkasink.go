@@ -1,0 +1,252 @@
+package kafkasink
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Sink produces events to Kafka. It is safe for concurrent use.
+type Sink struct {
+	cfg     Config
+	client  *kgo.Client
+	brokers string // for errors and String; never holds credentials
+	log     *slog.Logger
+
+	closeOnce sync.Once
+}
+
+var _ outbox.Sink = (*Sink)(nil)
+
+// maxRecordBytesMax is the largest MaxRecordBytes the client accepts.
+const maxRecordBytesMax = 1 << 30
+
+// New creates an idempotent producer (acks from all in-sync replicas)
+// and checks that a broker answers within ConnectTimeout. It returns an
+// *outbox.ConfigError naming the field when cfg is invalid, and a one-line
+// error saying what to check when no broker answers or the brokers refuse
+// the credentials. Errors never hold the password. Close the sink when
+// done.
+func New(ctx context.Context, cfg Config) (*Sink, error) {
+	cfg = cfg.WithDefaults()
+	brokers, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxRecordBytes > maxRecordBytesMax {
+		return nil, &outbox.ConfigError{Field: "MaxRecordBytes", Err: fmt.Errorf("is %d: use at most %d", cfg.MaxRecordBytes, maxRecordBytesMax)}
+	}
+	s := &Sink{
+		cfg:     cfg,
+		brokers: strings.Join(brokers, ","),
+		log:     cfg.Logger.With(slog.String("component", "outbox.kafkasink")),
+	}
+	s.client, err = kgo.NewClient(s.options(brokers)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkasink: %s", s.scrub(err.Error()))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if err := s.client.Ping(pingCtx); err != nil {
+		s.client.Close()
+		return nil, s.connectError(err)
+	}
+	return s, nil
+}
+
+// options are the client options for s.cfg.
+func (s *Sink) options(brokers []string) []kgo.Opt {
+	cfg := s.cfg
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ClientID(cfg.ClientID),
+		// Idempotent writes are the client's default; they need acks from
+		// all in-sync replicas, which is also what makes a stored event
+		// survive the loss of the partition leader.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxRecordBytes)),
+		kgo.ProducerBatchCompression(codec(cfg.Compression)),
+		kgo.WithLogger(kgoLogger{s.log}),
+	}
+	if cfg.AutoCreateTopics {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	if cfg.DeliveryTimeout > 0 {
+		opts = append(opts, kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout))
+	}
+	switch cfg.SASL {
+	case SASLPlain:
+		opts = append(opts, kgo.SASL(plain.Auth{User: cfg.User, Pass: cfg.Password}.AsMechanism()))
+	case SASLScramSHA256:
+		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.User, Pass: cfg.Password}.AsSha256Mechanism()))
+	case SASLScramSHA512:
+		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.User, Pass: cfg.Password}.AsSha512Mechanism()))
+	}
+	switch {
+	case cfg.Dial != nil:
+		opts = append(opts, kgo.Dialer(dialer(cfg.Dial, cfg.TLS)))
+	case cfg.TLS != nil:
+		opts = append(opts, kgo.DialTLSConfig(cfg.TLS))
+	}
+	return opts
+}
+
+// dialer runs TLS, when configured, over the connections dial returns.
+func dialer(dial func(ctx context.Context, network, address string) (net.Conn, error), tlsCfg *tls.Config) func(ctx context.Context, network, address string) (net.Conn, error) {
+	if tlsCfg == nil {
+		return dial
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		conn, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		c := tlsCfg.Clone()
+		if c.ServerName == "" {
+			if host, _, err := net.SplitHostPort(address); err == nil {
+				c.ServerName = host
+			}
+		}
+		tc := tls.Client(conn, c)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+}
+
+func codec(name string) kgo.CompressionCodec {
+	switch name {
+	case "gzip":
+		return kgo.GzipCompression()
+	case "snappy":
+		return kgo.SnappyCompression()
+	case "lz4":
+		return kgo.Lz4Compression()
+	case "zstd":
+		return kgo.ZstdCompression()
+	}
+	return kgo.NoCompression()
+}
+
+// Close closes the client. Records still waiting for acks fail,
+// retryably. Close is idempotent.
+func (s *Sink) Close() error {
+	s.closeOnce.Do(s.client.Close)
+	return nil
+}
+
+// String names the sink and its brokers, without credentials.
+func (s *Sink) String() string { return "kafkasink(" + s.brokers + ")" }
+
+// LogValue logs the sink's configuration without credentials.
+func (s *Sink) LogValue() slog.Value { return s.cfg.LogValue() }
+
+// result is one record's outcome.
+type result struct {
+	i   int
+	err error
+}
+
+// Publish produces every event, then waits for all of their acks, and
+// returns one result per event (nil when all were stored). An event whose
+// topic is illegal or missing, or whose record is too large, fails
+// permanently; broker outages, timeouts and a context that ends are
+// retryable.
+func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
+	if len(events) == 0 {
+		return nil
+	}
+	errs := make([]error, len(events))
+	topics := make([]string, len(events))
+	// Buffered for every event: a promise that runs after Publish returned
+	// (its context ended) must not block the client's promise goroutine.
+	results := make(chan result, len(events))
+	waiting := make(map[int]bool, len(events))
+	failed := false
+	for i := range events {
+		e := &events[i]
+		topics[i] = s.cfg.Router.Route(e)
+		if err := checkTopic(topics[i]); err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("kafkasink: event %d: topic %w", e.ID, err))
+			failed = true
+			continue
+		}
+		if ctx.Err() != nil {
+			errs[i] = fmt.Errorf("kafkasink: event %d: not produced: %w", e.ID, context.Cause(ctx))
+			failed = true
+			continue
+		}
+		waiting[i] = true
+		s.client.Produce(ctx, newRecord(topics[i], s.cfg.Source, e), func(_ *kgo.Record, err error) {
+			results <- result{i: i, err: err}
+		})
+	}
+	collect := func(r result) {
+		delete(waiting, r.i)
+		if r.err != nil {
+			errs[r.i] = s.produceError(ctx, &events[r.i], topics[r.i], r.err)
+			failed = true
+		}
+	}
+wait:
+	for len(waiting) > 0 {
+		select {
+		case r := <-results:
+			collect(r)
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	if len(waiting) > 0 {
+		// Outcomes that arrived with the end of ctx still count.
+		for drained := false; !drained; {
+			select {
+			case r := <-results:
+				collect(r)
+			default:
+				drained = true
+			}
+		}
+		for i := range waiting {
+			errs[i] = s.produceError(ctx, &events[i], topics[i], errNoAck{cause: context.Cause(ctx)})
+			failed = true
+		}
+	}
+	if !failed {
+		return nil
+	}
+	return errs
+}
+
+// kgoLogger passes the client's warnings and errors to slog.
+type kgoLogger struct{ log *slog.Logger }
+
+func (kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lvl := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lvl = slog.LevelError
+	}
+	l.log.Log(context.Background(), lvl, msg, keyvals...)
+}
+
+// scrub cuts the password out of text from the client library.
+func (s *Sink) scrub(text string) string {
+	if s.cfg.Password == "" {
+		return text
+	}
+	return strings.ReplaceAll(text, s.cfg.Password, redacted)
+}
