@@ -13,7 +13,7 @@ func TestHelpPrintsUsage(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "--help")
 	requireOK(t, res)
-	for _, cmd := range []string{"migrate", "relay", "stats", "events", "purge", "version", "demo"} {
+	for _, cmd := range []string{"migrate", "relay", "stats", "events", "purge", "version", "demo", "admin"} {
 		require.Contains(t, res.stdout, "\n  "+cmd+" ")
 	}
 	for _, flag := range []string{"--database-url", "--schema", "--log-format", "--log-level"} {
@@ -44,7 +44,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"no command", nil, []string{"missing command: use one of demo, events, migrate, purge, relay, stats, version"}},
+		{"no command", nil, []string{"missing command: use one of admin, ", "demo, events, migrate, purge, relay, stats, version"}},
 		{"unknown command", []string{"bogus"}, []string{`unknown command "bogus" for "outbox"`}},
 		{"misspelled command", []string{"stat"}, []string{`did you mean "stats"?`}},
 		{"unknown subcommand", []string{"events", "lst"}, []string{`unknown command "lst" for "outbox events"`, `did you mean "list"?`}},

@@ -199,6 +199,9 @@ type Driver interface {
 	// PurgeArchiveBatch deletes one batch of archived events processed more
 	// than olderThan ago and returns how many.
 	PurgeArchiveBatch(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error)
+
+	// Admin holds the admin API's searches and actions (admin.go).
+	Admin
 }
 
 // Listener is implemented by drivers whose database can push a wake-up when

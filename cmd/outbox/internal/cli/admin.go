@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
+)
+
+// Environment variables the admin command reads as flag defaults.
+const (
+	EnvAdminToken    = "OUTBOX_ADMIN_TOKEN"
+	EnvAdminUser     = "OUTBOX_ADMIN_USER"
+	EnvAdminPassword = "OUTBOX_ADMIN_PASSWORD"
+)
+
+// adminAddrDefault keeps the dashboard on the local machine unless told.
+const adminAddrDefault = "127.0.0.1:8080"
+
+// adminShutdownTimeout bounds how long requests in flight may finish after
+// SIGTERM.
+const adminShutdownTimeout = 10 * time.Second
+
+// adminFlagNames maps outboxadmin.Config fields to their flags.
+var adminFlagNames = map[string]string{
+	"AuthToken": "--admin-token", "BasicAuth.User": "--admin-user", "BasicAuth.Password": "--admin-password",
+	"BasePath": "--base-path", "SampleInterval": "--sample-interval",
+}
+
+func (a *app) adminCommand() *cobra.Command {
+	var (
+		addr string
+		cfg  outboxadmin.Config
+		user string
+		pass string
+	)
+	cmd := &cobra.Command{
+		Use:   "admin [--addr 127.0.0.1:8080]",
+		Short: "Serve the admin dashboard and JSON API",
+		Long: `admin serves the web dashboard (counts, lag and throughput charts, the failed
+queue, an event browser, relays holding leases) and its JSON API, which
+retries, replays and discards events.
+
+It listens on 127.0.0.1 unless --addr names another address; then it refuses
+to start without authentication: a bearer token (--admin-token or
+$` + EnvAdminToken + `) or a basic-auth user and password (--admin-user and
+--admin-password, or $` + EnvAdminUser + ` and $` + EnvAdminPassword + `).
+Serve it over TLS (a reverse proxy) when it leaves the machine. Every action
+is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
+		Example: "  outbox admin\n  OUTBOX_ADMIN_TOKEN=$(openssl rand -hex 32) outbox admin --addr :8080",
+		Args:    cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			cfg.AuthToken = envDefault(cfg.AuthToken, EnvAdminToken)
+			user, pass = envDefault(user, EnvAdminUser), envDefault(pass, EnvAdminPassword)
+			a.redact.add(cfg.AuthToken, pass)
+			switch {
+			case user != "" && pass == "":
+				return usagef("missing --admin-password: basic auth needs the user's password (or set %s)", EnvAdminPassword)
+			case user == "" && pass != "":
+				return usagef("missing --admin-user: basic auth needs a user name (or set %s)", EnvAdminUser)
+			case user != "":
+				cfg.BasicAuth = &outboxadmin.BasicAuth{User: user, Password: pass}
+			}
+			if err := checkAdminAddr(addr, cfg.AuthToken != "" || cfg.BasicAuth != nil); err != nil {
+				return err
+			}
+			pc, err := a.poolConfig("")
+			if err != nil {
+				return err
+			}
+			pc.ConnConfig.RuntimeParams["application_name"] = "outbox-admin"
+			pool, err := a.open(cmd.Context(), pc)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			cfg.Manager = outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: a.schema})
+			if err := cfg.Manager.Ping(cmd.Context()); err != nil {
+				return a.tableError(err)
+			}
+			cfg.Logger = a.logger
+			h, err := outboxadmin.New(cfg)
+			if err != nil {
+				return adminConfigError(err)
+			}
+			return a.serveAdmin(cmd.Context(), addr, h, cfg.BasePath)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", adminAddrDefault, "address to listen on; other than loopback, authentication is required")
+	f.StringVar(&cfg.AuthToken, "admin-token", "", "bearer token the API and dashboard require (default $"+EnvAdminToken+")")
+	f.StringVar(&user, "admin-user", "", "basic-auth user name (default $"+EnvAdminUser+")")
+	f.StringVar(&pass, "admin-password", "", "basic-auth password (default $"+EnvAdminPassword+")")
+	f.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every action: view only")
+	f.StringVar(&cfg.BasePath, "base-path", outboxadmin.BasePathDefault, "path prefix to serve under, such as /outbox behind a proxy")
+	f.DurationVar(&cfg.SampleInterval, "sample-interval", outboxadmin.SampleIntervalDefault, "how often the charts get a point")
+	return cmd
+}
+
+func envDefault(v, env string) string {
+	if v != "" {
+		return v
+	}
+	return os.Getenv(env)
+}
+
+// checkAdminAddr parses --addr and refuses an address other than loopback
+// when no authentication is configured.
+func checkAdminAddr(addr string, authenticated bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return usagef("invalid --addr %q: use host:port, such as 127.0.0.1:8080", addr)
+	}
+	if authenticated || isLoopback(host) {
+		return nil
+	}
+	where := host
+	if where == "" {
+		where = "every interface"
+	}
+	return usagef("refusing to serve the admin API on %s without authentication: pass --admin-token (or $%s) or --admin-user and --admin-password, or listen on 127.0.0.1",
+		where, EnvAdminToken)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// adminConfigError names the flag behind an invalid outboxadmin.Config
+// field.
+func adminConfigError(err error) error {
+	var ce *outbox.ConfigError
+	if errors.As(err, &ce) {
+		if name, ok := adminFlagNames[ce.Field]; ok {
+			return usagef("invalid %s: %v", name, ce.Err)
+		}
+		return &usageError{err: err}
+	}
+	return err
+}
+
+// serveAdmin serves h on addr until ctx ends, then lets requests in flight
+// finish.
+func (a *app) serveAdmin(ctx context.Context, addr string, h *outboxadmin.Handler, basePath string) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	if err := h.Start(ctx); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	path := basePath
+	if path == "" || path[len(path)-1] != '/' {
+		path += "/"
+	}
+	a.logger.Info("admin dashboard listening", "url", "http://"+ln.Addr().String()+path)
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+		a.logger.Info("admin stopping")
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adminShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			a.logger.Warn("admin requests still running at shutdown were cut", "error", err)
+		}
+		serveErr = <-served
+	}
+	if err := h.Stop(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		a.logger.Info("admin stopped")
+		return nil
+	}
+	return serveErr
+}

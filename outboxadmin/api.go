@@ -1,0 +1,435 @@
+package outboxadmin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// maxIDs bounds the IDs one action names.
+const maxIDs = 10000
+
+func (h *Handler) routes() {
+	base := h.cfg.basePath()
+	get := func(path string, fn http.HandlerFunc) { h.mux.Handle("GET "+base+path, h.requireAuth(fn)) }
+	post := func(path string, fn http.HandlerFunc) { h.mux.Handle("POST "+base+path, h.mutating(fn)) }
+
+	h.mux.Handle("GET "+base+"/{$}", h.page(h.serveIndex))
+	h.mux.Handle("GET "+base+"/assets/", h.page(h.serveAsset))
+	if base != "" {
+		h.mux.Handle("GET "+base, http.RedirectHandler(base+"/", http.StatusMovedPermanently))
+	}
+	get("/api/info", h.info)
+	get("/api/stats", h.stats)
+	get("/api/events", h.searchEvents)
+	get("/api/events/{id}", h.event)
+	get("/api/relays", h.relays)
+	post("/api/events/retry", h.retry)
+	post("/api/events/replay", h.replay)
+	post("/api/events/discard", h.discard)
+	post("/api/events/{id}/max-attempts", h.setMaxAttempts)
+	h.mux.Handle(base+"/api/", h.requireAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s %s: see docs/admin.md for the API", r.Method, r.URL.Path))
+	})))
+}
+
+// dbContext bounds a request's database work.
+func (h *Handler) dbContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
+}
+
+// fail answers err: bad input says what to fix, other errors are logged and
+// answered without details, which could hold internals.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		bp *badParam
+		ce *outbox.ConfigError
+		mb *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &bp):
+		writeError(w, http.StatusBadRequest, bp.msg)
+	case errors.As(err, &ce):
+		writeError(w, http.StatusBadRequest, ce.Error())
+	case errors.As(err, &mb):
+		writeError(w, http.StatusRequestEntityTooLarge, "request body too large: name at most 10000 events per request, or use a filter")
+	case errors.Is(err, outbox.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, outbox.ErrNoTable):
+		h.log.Error("admin request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+		writeError(w, http.StatusServiceUnavailable, "the outbox table is missing: run outbox migrate")
+	case errors.Is(err, context.DeadlineExceeded):
+		h.log.Warn("admin request timed out", slog.String("path", r.URL.Path), slog.Duration("query_timeout", h.cfg.QueryTimeout))
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("the database did not answer within %v: narrow the search (status, type, time range) or try again", h.cfg.QueryTimeout))
+	case r.Context().Err() != nil:
+		// The client went away.
+	default:
+		h.log.Error("admin request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+		writeError(w, http.StatusInternalServerError, "database error: see the server's log")
+	}
+}
+
+// InfoJSON describes the handler to the dashboard.
+type InfoJSON struct {
+	ReadOnly              bool    `json:"read_only"`
+	Principal             string  `json:"principal"`
+	SampleIntervalSeconds float64 `json:"sample_interval_seconds"`
+	HistorySeconds        float64 `json:"history_seconds"`
+}
+
+func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, InfoJSON{
+		ReadOnly: h.cfg.ReadOnly, Principal: principalOf(r),
+		SampleIntervalSeconds: h.cfg.SampleInterval.Seconds(), HistorySeconds: h.cfg.History.Seconds(),
+	})
+}
+
+// StatsJSON is GET /api/stats: the newest counts and the charts' points.
+type StatsJSON struct {
+	At         time.Time `json:"at"`
+	Pending    int64     `json:"pending"`
+	Processing int64     `json:"processing"`
+	// Processed is PostgreSQL's estimate: counting the history exactly
+	// would scan it.
+	Processed               int64       `json:"processed"`
+	Failed                  int64       `json:"failed"`
+	OldestPendingAgeSeconds float64     `json:"oldest_pending_age_seconds"`
+	SampleIntervalSeconds   float64     `json:"sample_interval_seconds"`
+	Series                  []PointJSON `json:"series"`
+}
+
+// PointJSON is one sample. The rates are over the time since the previous
+// sample and absent on the first.
+type PointJSON struct {
+	T                  int64    `json:"t"` // Unix milliseconds
+	Pending            int64    `json:"pending"`
+	Processing         int64    `json:"processing"`
+	Failed             int64    `json:"failed"`
+	Processed          int64    `json:"processed"`
+	LagSeconds         float64  `json:"lag_seconds"`
+	WrittenPerSecond   *float64 `json:"written_per_second,omitempty"`
+	PublishedPerSecond *float64 `json:"published_per_second,omitempty"`
+}
+
+func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
+	since, err := intParam(r.URL.Query(), "since", 0, 1<<62)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	samples, err := h.sampler.fresh(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	last := samples[len(samples)-1]
+	out := StatsJSON{
+		At: last.At.UTC(), Pending: last.Stats.Pending, Processing: last.Stats.Processing,
+		Processed: last.Stats.Processed, Failed: last.Stats.Failed,
+		OldestPendingAgeSeconds: roundMillis(last.Stats.OldestPendingAge.Seconds()),
+		SampleIntervalSeconds:   h.cfg.SampleInterval.Seconds(),
+		Series:                  []PointJSON{},
+	}
+	for _, s := range samples {
+		if s.At.UnixMilli() <= since {
+			continue
+		}
+		p := PointJSON{
+			T: s.At.UnixMilli(), Pending: s.Stats.Pending, Processing: s.Stats.Processing, Failed: s.Stats.Failed,
+			Processed: s.Stats.Processed, LagSeconds: roundMillis(s.Stats.OldestPendingAge.Seconds()),
+		}
+		if secs := s.flow.Interval.Seconds(); s.hasFlow && secs > 0 {
+			written, published := float64(s.flow.Written)/secs, float64(s.flow.Published)/secs
+			p.WrittenPerSecond, p.PublishedPerSecond = &written, &published
+		}
+		out.Series = append(out.Series, p)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func roundMillis(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
+
+// EventsJSON is a page of search results. NextBeforeID, when set, is the
+// before_id of the next (older) page.
+type EventsJSON struct {
+	Events       []EventJSON `json:"events"`
+	NextBeforeID *int64      `json:"next_before_id"`
+}
+
+func (h *Handler) searchEvents(w http.ResponseWriter, r *http.Request) {
+	p, err := searchParams(r.URL.Query())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if p.Limit == 0 {
+		p.Limit = outbox.ListLimitDefault
+	}
+	limit := p.Limit
+	// One more than asked says whether an older page exists.
+	p.Limit = min(limit+1, outbox.SearchLimitMax)
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	events, err := h.cfg.Manager.SearchEvents(ctx, p)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := EventsJSON{Events: []EventJSON{}}
+	if len(events) > limit {
+		events = events[:limit]
+		next := events[limit-1].ID
+		out.NextBeforeID = &next
+	}
+	for i := range events {
+		out.Events = append(out.Events, eventJSON(&events[i], false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func pathID(r *http.Request) (int64, error) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		return 0, badParamf("invalid event ID %q: use a positive integer", s)
+	}
+	return id, nil
+}
+
+func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	e, err := h.cfg.Manager.Event(ctx, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, eventJSON(&e, true))
+}
+
+// RelaysJSON lists the relays holding leases.
+type RelaysJSON struct {
+	Relays []LeaseJSON `json:"relays"`
+}
+
+// LeaseJSON is one relay's leases.
+type LeaseJSON struct {
+	RelayID       string    `json:"relay_id"`
+	Events        int64     `json:"events"`
+	FirstLeaseEnd time.Time `json:"first_lease_end"`
+	LastLeaseEnd  time.Time `json:"last_lease_end"`
+	// Expired says the relay's oldest lease ended: it likely died, and the
+	// lease rescue will return its events to pending.
+	Expired bool `json:"expired"`
+}
+
+func (h *Handler) relays(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	leases, err := h.cfg.Manager.Leases(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := RelaysJSON{Relays: []LeaseJSON{}}
+	for _, l := range leases {
+		out.Relays = append(out.Relays, LeaseJSON{RelayID: l.RelayID, Events: l.Events,
+			FirstLeaseEnd: l.FirstEnd.UTC(), LastLeaseEnd: l.LastEnd.UTC(), Expired: l.Expired})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ActionJSON is the body of retry, replay and discard: either IDs or a
+// filter (retry and replay only), and for discard a reason.
+type ActionJSON struct {
+	IDs    []int64     `json:"ids,omitempty"`
+	Filter *FilterJSON `json:"filter,omitempty"`
+	Reason string      `json:"reason,omitempty"`
+}
+
+// ActionResultJSON is what an action changed. For IDs, Changed lists those
+// it changed and Unchanged the others (missing, or in another status).
+type ActionResultJSON struct {
+	Count     int64   `json:"count"`
+	Changed   []int64 `json:"changed,omitempty"`
+	Unchanged []int64 `json:"unchanged,omitempty"`
+}
+
+// readAction decodes and checks an action's body.
+func readAction(r *http.Request, filterOK bool) (ActionJSON, error) {
+	var a ActionJSON
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return a, err
+		}
+		return a, badParamf("invalid JSON body: %v", err)
+	}
+	switch {
+	case len(a.IDs) == 0 && a.Filter == nil && filterOK:
+		return a, badParamf(`name the events: {"ids": [1, 2]} or {"filter": {…}} ({"filter": {}} for all)`)
+	case len(a.IDs) == 0 && !filterOK:
+		return a, badParamf(`name the events: {"ids": [1, 2]}`)
+	case len(a.IDs) > 0 && a.Filter != nil:
+		return a, badParamf("pass ids or filter, not both")
+	case !filterOK && a.Filter != nil:
+		return a, badParamf("this action takes ids only")
+	case len(a.IDs) > maxIDs:
+		return a, badParamf("%d IDs: name at most %d per request, or use a filter", len(a.IDs), maxIDs)
+	}
+	for _, id := range a.IDs {
+		if id < 1 {
+			return a, badParamf("invalid event ID %d: use positive integers", id)
+		}
+	}
+	slices.Sort(a.IDs)
+	a.IDs = slices.Compact(a.IDs)
+	return a, nil
+}
+
+func idResult(ids, changed []int64) ActionResultJSON {
+	res := ActionResultJSON{Count: int64(len(changed)), Changed: changed}
+	for _, id := range ids {
+		if !slices.Contains(changed, id) {
+			res.Unchanged = append(res.Unchanged, id)
+		}
+	}
+	if res.Changed == nil {
+		res.Changed = []int64{}
+	}
+	return res
+}
+
+// requeue serves retry and replay: by IDs with byID, or by filter with
+// byFilter.
+func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, action string,
+	byID func(context.Context, ...int64) ([]int64, error),
+	byFilter func(context.Context, outbox.EventFilter, outbox.Progress) (int64, error),
+) {
+	a, err := readAction(r, true)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	// A bulk action may outlast QueryTimeout: it is bounded per batch by
+	// the database instead, and stops if the client goes away.
+	ctx := r.Context()
+	if a.Filter != nil {
+		f := a.Filter.filter()
+		n, err := byFilter(ctx, f, nil)
+		h.audit(r, action, slog.Any("filter", a.Filter), slog.Int64("count", n), errAttr(err))
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ActionResultJSON{Count: n})
+		return
+	}
+	changed, err := byID(ctx, a.IDs...)
+	h.audit(r, action, slog.Any("event_ids", a.IDs), slog.Any("changed", changed), errAttr(err))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, idResult(a.IDs, changed))
+}
+
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.Attr{}
+	}
+	return slog.Any("error", err)
+}
+
+func (h *Handler) retry(w http.ResponseWriter, r *http.Request) {
+	h.requeue(w, r, "retry", h.cfg.Manager.Retry, h.cfg.Manager.RetryMatching)
+}
+
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
+	h.requeue(w, r, "replay", h.cfg.Manager.Replay, h.cfg.Manager.ReplayMatching)
+}
+
+func (h *Handler) discard(w http.ResponseWriter, r *http.Request) {
+	a, err := readAction(r, false)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	reason := strings.TrimSpace(a.Reason)
+	if reason == "" {
+		h.fail(w, r, badParamf(`say why the events are discarded: {"ids": […], "reason": "…"}`))
+		return
+	}
+	// The stored reason says who discarded the events.
+	stored := truncate("discarded by "+principalOf(r)+": "+reason, outbox.ReasonMaxLen)
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	changed, err := h.cfg.Manager.Discard(ctx, stored, a.IDs...)
+	h.audit(r, "discard", slog.Any("event_ids", a.IDs), slog.Any("changed", changed), slog.String("reason", reason), errAttr(err))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, idResult(a.IDs, changed))
+}
+
+// MaxAttemptsJSON is the body of POST /api/events/{id}/max-attempts.
+type MaxAttemptsJSON struct {
+	// MaxAttempts is the new limit; 0 restores the relay's default.
+	MaxAttempts *int `json:"max_attempts"`
+}
+
+func (h *Handler) setMaxAttempts(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var body MaxAttemptsJSON
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.MaxAttempts == nil {
+		h.fail(w, r, badParamf(`send {"max_attempts": N}, N from 1 to 1000000 or 0 for the relay's default`))
+		return
+	}
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	e, err := h.cfg.Manager.SetMaxAttempts(ctx, id, *body.MaxAttempts)
+	h.audit(r, "set_max_attempts", slog.Int64("event_id", id), slog.Int("max_attempts", *body.MaxAttempts), errAttr(err))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, eventJSON(&e, true))
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,130 @@
+package outboxadmin
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Config defaults; Config.WithDefaults fills zero fields with them.
+const (
+	// BasePathDefault serves the dashboard at the root of the server.
+	BasePathDefault = "/"
+	// SampleIntervalDefault is how often the handler samples the table for
+	// the dashboard's charts.
+	SampleIntervalDefault = 5 * time.Second
+	// HistoryDefault is how far back the charts reach.
+	HistoryDefault = time.Hour
+	// QueryTimeoutDefault bounds one request's database work.
+	QueryTimeoutDefault = 10 * time.Second
+)
+
+// BasicAuth is a user name and password that the handler accepts with HTTP
+// basic authentication.
+type BasicAuth struct {
+	User     string
+	Password string
+}
+
+// Config configures a Handler.
+type Config struct {
+	// Manager runs every query and action. Required.
+	Manager *outbox.Manager
+	// Logger receives the audit log (one line per action, with who did
+	// it) and errors. Defaults to slog.Default().
+	Logger *slog.Logger
+	// AuthToken, when set, is a bearer token that the API accepts in an
+	// "Authorization: Bearer <token>" header. The dashboard asks for it
+	// and keeps it for the browser tab's session.
+	AuthToken string
+	// BasicAuth, when set, is a user name and password that the API and
+	// the dashboard accept with HTTP basic authentication; the browser
+	// asks for them.
+	//
+	// With neither AuthToken nor BasicAuth every request is let in: use
+	// that only behind authentication of your own (see Principal) or on a
+	// loopback address.
+	BasicAuth *BasicAuth
+	// BasePath is the path the handler is mounted at, such as
+	// "/admin/outbox": mount it with mux.Handle("/admin/outbox/", h).
+	// Defaults to BasePathDefault.
+	BasePath string
+	// ReadOnly refuses every action (retry, replay, discard, max attempts)
+	// and hides their buttons.
+	ReadOnly bool
+	// SampleInterval is how often the charts get a point. Defaults to
+	// SampleIntervalDefault.
+	SampleInterval time.Duration
+	// History is how long the charts' points are kept in memory. Defaults
+	// to HistoryDefault.
+	History time.Duration
+	// QueryTimeout bounds the database work of one request. Defaults to
+	// QueryTimeoutDefault.
+	QueryTimeout time.Duration
+	// Principal names who made a request, for the audit log, when your own
+	// middleware authenticates users before the handler. Defaults to the
+	// basic-auth user name, "token" for the bearer token, or "anonymous".
+	Principal func(r *http.Request) string
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.BasePath == "" {
+		c.BasePath = BasePathDefault
+	}
+	if c.SampleInterval == 0 {
+		c.SampleInterval = SampleIntervalDefault
+	}
+	if c.History == 0 {
+		c.History = HistoryDefault
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = QueryTimeoutDefault
+	}
+	return c
+}
+
+// Validate reports the first invalid field as an *outbox.ConfigError. The
+// error never contains the token or the password.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case c.Manager == nil:
+		return bad("Manager", "is nil: make one with outbox.NewManager")
+	case !strings.HasPrefix(c.BasePath, "/") || strings.ContainsAny(c.BasePath, "{}?#* \t"):
+		return bad("BasePath", "is %q: use an absolute path such as /admin/outbox", c.BasePath)
+	case c.SampleInterval < 100*time.Millisecond:
+		return bad("SampleInterval", "is %v: use at least 100ms", c.SampleInterval)
+	case c.History < c.SampleInterval:
+		return bad("History", "is %v: use at least SampleInterval (%v)", c.History, c.SampleInterval)
+	case c.History/c.SampleInterval > 100_000:
+		return bad("History", "holds more than 100000 samples: lengthen SampleInterval or shorten History")
+	case c.QueryTimeout <= 0:
+		return bad("QueryTimeout", "is %v: use a positive duration", c.QueryTimeout)
+	}
+	if c.BasicAuth != nil {
+		switch {
+		case c.BasicAuth.User == "" || strings.Contains(c.BasicAuth.User, ":"):
+			return &outbox.ConfigError{Field: "BasicAuth.User", Err: errors.New("must be non-empty and without ':'")}
+		case c.BasicAuth.Password == "":
+			return &outbox.ConfigError{Field: "BasicAuth.Password", Err: errors.New("is empty: set a password, or leave BasicAuth nil")}
+		}
+	}
+	if c.AuthToken != "" && (len(c.AuthToken) < 16 || strings.ContainsAny(c.AuthToken, " \t\r\n")) {
+		return &outbox.ConfigError{Field: "AuthToken", Err: errors.New("must be at least 16 characters without spaces: generate one with `openssl rand -hex 32`")}
+	}
+	return nil
+}
+
+// basePath returns the base path without a trailing slash ("" for the root).
+func (c Config) basePath() string { return strings.TrimRight(c.BasePath, "/") }
