@@ -33,8 +33,9 @@ var _ outbox.Sink = (*Sink)(nil)
 // exists, creating it when CreateStream is set) and returns the sink. It
 // returns an *outbox.ConfigError naming the field when cfg is invalid, and
 // a one-line error saying what to check when the servers cannot be reached
-// or refuse the credentials. Errors never hold credentials. Close the sink
-// when done.
+// or refuse the credentials. Errors never hold credentials. Dialing is
+// bounded by ConnectTimeout per server; ctx bounds the JetStream checks.
+// Close the sink when done.
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.WithDefaults()
 	servers, err := cfg.validate()
@@ -190,6 +191,7 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	futures := make([]jetstream.PubAckFuture, len(events))
 	subjects := make([]string, len(events))
 	failed := false
+	opts := s.publishOpts(ctx)
 	for i := range events {
 		e := &events[i]
 		subjects[i] = s.cfg.Router.Route(e)
@@ -203,7 +205,7 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 			failed = true
 			continue
 		}
-		f, err := s.js.PublishMsgAsync(newMsg(subjects[i], s.cfg.Source, e), s.publishOpts(ctx)...)
+		f, err := s.js.PublishMsgAsync(newMsg(subjects[i], s.cfg.Source, e), opts...)
 		if err != nil {
 			errs[i] = s.publishError(ctx, e, subjects[i], err)
 			failed = true
