@@ -1,0 +1,146 @@
+package mqttsink_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/sink/mqttsink"
+	"github.com/outboxkit/outbox/sinktest"
+)
+
+const secret = "hunter2-secret"
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	c := mqttsink.Config{URL: "mqtt://h"}.WithDefaults()
+	require.True(t, strings.HasPrefix(c.ClientID, mqttsink.ClientIDPrefixDefault), c.ClientID)
+	require.NotEqual(t, c.ClientID, mqttsink.Config{}.WithDefaults().ClientID, "client IDs are random")
+	require.Equal(t, mqttsink.SourceDefault, c.Source)
+	require.Equal(t, mqttsink.DialTimeoutDefault, c.DialTimeout)
+	require.Equal(t, mqttsink.KeepAliveDefault, c.KeepAlive)
+	require.Equal(t, mqttsink.ReconnectWaitDefault, c.ReconnectWait)
+	require.NotNil(t, c.Logger)
+}
+
+func TestConfigFromURL(t *testing.T) {
+	t.Parallel()
+	c, err := mqttsink.ConfigFromURL("mqtts://relay:" + secret + "@mqtt.example.com:8883?client_id=orders-1" +
+		"&route=shop%2F%7Baggregate_type%7D%2F%7Bevent_type%7D&source=urn%3Ashop&keepalive=15s&connect_timeout=3s")
+	require.NoError(t, err)
+	require.Equal(t, "mqtts://relay:"+secret+"@mqtt.example.com:8883", c.URL)
+	require.Equal(t, "orders-1", c.ClientID)
+	require.Equal(t, "urn:shop", c.Source)
+	require.Equal(t, 15*time.Second, c.KeepAlive)
+	require.Equal(t, 3*time.Second, c.DialTimeout)
+	require.NotNil(t, c.Router)
+	e := sinktest.NewEvent("order.created", `{}`)
+	require.Equal(t, "shop/order/order.created", c.Router.Route(&e))
+
+	for _, u := range []string{"mqtt://localhost", "ssl://h:8883", "tcp://h:1883", "tls://h"} {
+		c, err = mqttsink.ConfigFromURL(u)
+		require.NoError(t, err)
+		require.Equal(t, mqttsink.Config{URL: u}, c)
+	}
+}
+
+func TestConfigFromURLRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ url, text string }{
+		{"", "is empty"},
+		{"http://h/", `has scheme "http": use mqtt:// or mqtts://`},
+		{"mqtt:h", "has no host"},
+		{"mqtt://u:" + secret + "@h:0", `has port "0"`},
+		{"mqtt://u:" + secret + "@h/topic", "has a path"},
+		{"mqtt://u:" + secret + "@h#x", "#fragment"},
+		{"mqtt://u:" + secret + "@[::1", "does not parse"},
+		{"mqtt://u:" + secret + "@h?qos=2", `unknown option "qos"`},
+		{"mqtt://u:" + secret + "@h?client_id=a&client_id=b", `"client_id" is given 2 times`},
+		{"mqtt://u:" + secret + "@h?keepalive=soon", `keepalive="soon": use a positive duration`},
+		{"mqtt://u:" + secret + "@h?route=%7Bnope%7D", `route option: route template "{nope}"`},
+		{"mqtt://u:" + secret + "@h?x=%zz", "the query does not parse"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			_, err := mqttsink.ConfigFromURL(tc.url)
+			var ce *outbox.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, "URL", ce.Field)
+			require.ErrorContains(t, err, tc.text)
+			require.NotContains(t, err.Error(), secret)
+			require.NotContains(t, err.Error(), "\n")
+		})
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	const u = "mqtt://u:" + secret + "@127.0.0.1:1"
+	for _, tc := range []struct {
+		name  string
+		cfg   mqttsink.Config
+		field string
+		text  string
+	}{
+		{"NoURL", mqttsink.Config{}, "URL", "is empty"},
+		{"Query", mqttsink.Config{URL: u + "?client_id=x"}, "URL", "has a query: parse the URL with ConfigFromURL"},
+		{"ClientID", mqttsink.Config{URL: u, ClientID: "a\x00b"}, "ClientID", "is not a valid MQTT client ID"},
+		{"KeepAlive", mqttsink.Config{URL: u, KeepAlive: time.Millisecond}, "KeepAlive", "use at least 1s"},
+		{"DialTimeout", mqttsink.Config{URL: u, DialTimeout: -time.Second}, "DialTimeout", "is -1s"},
+		{"ReconnectWait", mqttsink.Config{URL: u, ReconnectWait: -time.Second}, "ReconnectWait", "is -1s"},
+		{"Source", mqttsink.Config{URL: u, Source: " /x"}, "Source", "is not a URI reference"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := mqttsink.New(t.Context(), tc.cfg)
+			require.Nil(t, s)
+			var ce *outbox.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, tc.field, ce.Field)
+			require.ErrorContains(t, err, tc.text)
+			require.NotContains(t, err.Error(), secret)
+		})
+	}
+}
+
+func TestConfigPrintsNoPassword(t *testing.T) {
+	t.Parallel()
+	c := mqttsink.Config{URL: "mqtt://user:" + secret + "@h:1883", ClientID: "c"}
+	var log strings.Builder
+	slog.New(slog.NewTextHandler(&log, nil)).Info("sink", "config", c)
+	for _, s := range []string{c.String(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), log.String()} {
+		require.NotContains(t, s, secret)
+		require.Contains(t, s, "mqtt://h:1883")
+	}
+}
+
+func FuzzConfigFromURL(f *testing.F) {
+	for _, s := range []string{
+		"mqtt://localhost:1883", "mqtts://u:p@h?client_id=c&keepalive=5s",
+		"ssl://h?route=%7Bevent_type%7D", "mqtt://u:p@[::1]:1883", "mqtt://%zz",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		c, err := mqttsink.ConfigFromURL(raw)
+		if err != nil {
+			var ce *outbox.ConfigError
+			require.ErrorAs(t, err, &ce)
+			if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+				if pw, ok := u.User.Password(); ok && len(pw) >= 6 {
+					require.NotContains(t, err.Error(), pw, "the password never shows")
+				}
+			}
+			return
+		}
+		again, err := mqttsink.ConfigFromURL(c.URL)
+		require.NoError(t, err)
+		require.Equal(t, c.URL, again.URL)
+	})
+}

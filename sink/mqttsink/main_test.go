@@ -1,0 +1,173 @@
+package mqttsink_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outbox/sink/mqttsink"
+	"github.com/outboxkit/outbox/sinktest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The shared test pool lives for the whole test binary.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	)
+}
+
+// brokerURLDefault is the local MQTT broker.
+const brokerURLDefault = "mqtt://127.0.0.1:1883"
+
+// brokerURL is TEST_MQTT_URL, or brokerURLDefault.
+func brokerURL() string {
+	if u := os.Getenv("TEST_MQTT_URL"); u != "" {
+		return u
+	}
+	return brokerURLDefault
+}
+
+// brokerAddr is the broker's host:port.
+func brokerAddr(t testing.TB) string {
+	u, err := url.Parse(brokerURL())
+	require.NoError(t, err)
+	if u.Port() == "" {
+		return u.Hostname() + ":1883"
+	}
+	return u.Host
+}
+
+// urlVia is the broker URL with its host replaced by addr (a proxy).
+func urlVia(t testing.TB, addr string) string {
+	u, err := url.Parse(brokerURL())
+	require.NoError(t, err)
+	u.Host = addr
+	return u.String()
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
+
+// uniqueTopic is a topic level unique to this test run.
+func uniqueTopic(t testing.TB) string {
+	base := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "-")
+	if len(base) > 60 {
+		base = base[:60]
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "outbox-test/" + base + "-" + hex.EncodeToString(b[:])
+}
+
+// received is one message a subscriber got, decoded.
+type received struct {
+	Topic string
+	Raw   []byte
+	Event map[string]json.RawMessage
+}
+
+func (r received) attr(t *testing.T, name string) string {
+	t.Helper()
+	var s string
+	if v, ok := r.Event[name]; ok {
+		require.NoError(t, json.Unmarshal(v, &s), "attribute %s", name)
+	}
+	return s
+}
+
+// subscriber collects every message on a topic filter.
+type subscriber struct {
+	mu   sync.Mutex
+	msgs []received
+}
+
+// subscribe subscribes with QoS 1 to filter until the test ends.
+func subscribe(t *testing.T, filter string) *subscriber {
+	t.Helper()
+	u, err := url.Parse(brokerURL())
+	require.NoError(t, err)
+	sub := &subscriber{}
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + brokerAddr(t)).SetClientID("outbox-test-sub-" + hex.EncodeToString([]byte(filter))[:16] + strconv.FormatInt(time.Now().UnixNano(), 36)).
+		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false)
+	if u.User != nil {
+		opts.SetUsername(u.User.Username())
+		pw, _ := u.User.Password()
+		opts.SetPassword(pw)
+	}
+	c := mqtt.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("the MQTT broker is not reachable at TEST_MQTT_URL (default %s): %v; start it (see DEVELOPERS.md) or set TEST_MQTT_URL", brokerURLDefault, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	tok := c.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
+		r := received{Topic: m.Topic(), Raw: append([]byte(nil), m.Payload()...)}
+		_ = json.Unmarshal(r.Raw, &r.Event)
+		sub.mu.Lock()
+		sub.msgs = append(sub.msgs, r)
+		sub.mu.Unlock()
+	})
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	return sub
+}
+
+func (s *subscriber) messages() []received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]received(nil), s.msgs...)
+}
+
+// byID indexes the messages by their id attribute, keeping the first of
+// duplicates.
+func (s *subscriber) byID(t *testing.T) map[string]received {
+	m := make(map[string]received)
+	for _, r := range s.messages() {
+		id := r.attr(t, "id")
+		if _, ok := m[id]; !ok {
+			m[id] = r
+		}
+	}
+	return m
+}
+
+// deliveries maps the messages for sinktest.
+func (s *subscriber) deliveries(t *testing.T) []sinktest.Delivery {
+	var ds []sinktest.Delivery
+	for _, r := range s.messages() {
+		id, err := strconv.ParseInt(r.attr(t, "id"), 10, 64)
+		require.NoError(t, err, "message %s", r.Raw)
+		ds = append(ds, sinktest.Delivery{ID: id, EventType: r.attr(t, "type"), Payload: r.Event["data"]})
+	}
+	return ds
+}
+
+// newSink returns a connected sink closed when the test ends.
+func newSink(t *testing.T, cfg mqttsink.Config) *mqttsink.Sink {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = brokerURL()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := mqttsink.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
