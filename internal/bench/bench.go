@@ -1,0 +1,297 @@
+// Package bench measures the outbox on a real database: how fast the relay
+// drains a backlog compared with a plain hand-written SQL relay loop, what a
+// running relay costs the application's writers, and how long an event
+// takes from commit to the sink. `outbox bench` runs it; Go tests and
+// benchmarks use it directly.
+//
+// Every scenario runs in a scratch schema of its own (outbox_bench_<random>),
+// migrated with outboxmigrate and dropped when the scenario ends, also when it
+// fails or is cancelled. The relay, the reference loop and the writers all run
+// in the calling process, so the reported RSS is that process's.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Scenario names one measurement.
+type Scenario string
+
+// The scenarios, in the order Run runs them.
+const (
+	// ScenarioReference drains a backlog with a plain hand-written SQL
+	// loop: the yardstick that makes drain's numbers machine-independent.
+	ScenarioReference Scenario = "reference"
+	// ScenarioDrain drains a pre-filled backlog with outbox.Relay.
+	ScenarioDrain Scenario = "drain"
+	// ScenarioSteady runs writers flat out, without and then with the
+	// relay, and compares their throughput.
+	ScenarioSteady Scenario = "steady"
+	// ScenarioLatency writes at a fixed rate and measures commit→sink-ack
+	// latency.
+	ScenarioLatency Scenario = "latency"
+)
+
+// Scenarios lists every scenario in run order.
+var Scenarios = []Scenario{ScenarioReference, ScenarioDrain, ScenarioSteady, ScenarioLatency}
+
+// ParseScenarios returns the scenarios named in names ("all" for every
+// one), deduplicated and in run order. No names means all.
+func ParseScenarios(names []string) ([]Scenario, error) {
+	if len(names) == 0 {
+		return slices.Clone(Scenarios), nil
+	}
+	want := map[Scenario]bool{}
+	for _, n := range names {
+		s := Scenario(strings.ToLower(strings.TrimSpace(n)))
+		switch {
+		case s == "all":
+			for _, a := range Scenarios {
+				want[a] = true
+			}
+		case slices.Contains(Scenarios, s):
+			want[s] = true
+		default:
+			return nil, fmt.Errorf("unknown scenario %q: use %s or all", n, joinNames(Scenarios))
+		}
+	}
+	var out []Scenario
+	for _, s := range Scenarios {
+		if want[s] {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Wake is how the relay learns of new events in steady and latency.
+type Wake string
+
+// Wake-up modes.
+const (
+	// WakePoll leaves the relay to its poll interval and trailing claim:
+	// the library's defaults.
+	WakePoll Wake = "poll"
+	// WakeListen sets RelayConfig.Listen and has the writers notify
+	// (WriterConfig.NotifyInterval = outbox.NotifyIntervalDefault).
+	WakeListen Wake = "listen"
+	// WakeProcess has each writer call Relay.Wake after its commit, as an
+	// application running the relay in its own process would.
+	WakeProcess Wake = "process"
+)
+
+// Wakes lists every wake-up mode.
+var Wakes = []Wake{WakePoll, WakeListen, WakeProcess}
+
+// ParseWakes parses a --wake value: one mode or "all".
+func ParseWakes(s string) ([]Wake, error) {
+	if s == "all" {
+		return slices.Clone(Wakes), nil
+	}
+	if w := Wake(s); slices.Contains(Wakes, w) {
+		return []Wake{w}, nil
+	}
+	return nil, fmt.Errorf("unknown wake-up mode %q: use %s or all", s, joinNames(Wakes))
+}
+
+// Retentions lists every retention mode.
+var Retentions = []outbox.Retention{outbox.RetainProcessed, outbox.RetainDelete, outbox.RetainArchive}
+
+// ParseRetentions parses a --retention value: one mode or "all".
+func ParseRetentions(s string) ([]outbox.Retention, error) {
+	if s == "all" {
+		return slices.Clone(Retentions), nil
+	}
+	r, err := outbox.ParseRetention(s)
+	if err != nil {
+		return nil, fmt.Errorf("unknown retention mode %q: use %s or all", s, joinNames(Retentions))
+	}
+	return []outbox.Retention{r}, nil
+}
+
+func joinNames[T ~string](names []T) string {
+	s := make([]string, len(names))
+	for i, n := range names {
+		s[i] = string(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Defaults; Config.WithDefaults fills zero fields with them.
+const (
+	EventsDefault       = 200000
+	BatchSizeDefault    = 1000
+	WorkersDefault      = 2
+	WritersDefault      = 8
+	PayloadSizeDefault  = 325
+	DurationDefault     = 20 * time.Second
+	RateDefault         = 1000
+	PollIntervalDefault = 10 * time.Millisecond
+	// SchemaPrefixDefault starts every scratch schema's name.
+	SchemaPrefixDefault = "outbox_bench_"
+	// PayloadSizeMin is the smallest payload the generator can build.
+	PayloadSizeMin = 16
+)
+
+// Config configures the scenarios.
+type Config struct {
+	// Events is how many events drain and reference pre-fill. Defaults to
+	// EventsDefault.
+	Events int
+	// BatchSize is the relay's and the reference loop's batch size.
+	// Defaults to BatchSizeDefault.
+	BatchSize int
+	// Workers is how many claim loops the relay and the reference run.
+	// Defaults to WorkersDefault.
+	Workers int
+	// Writers is how many writer goroutines steady and latency run.
+	// Defaults to WritersDefault.
+	Writers int
+	// PayloadSize is each event's JSON payload size in bytes. Defaults to
+	// PayloadSizeDefault.
+	PayloadSize int
+	// Duration is how long steady (each of its two phases) and latency
+	// write. Defaults to DurationDefault.
+	Duration time.Duration
+	// Rate is the writers' total events per second in latency. Defaults to
+	// RateDefault.
+	Rate int
+	// Retentions are the retention modes drain and reference run in, one
+	// run each; steady and latency use the first. Defaults to
+	// outbox.RetainProcessed.
+	Retentions []outbox.Retention
+	// Wakes are the wake-up modes steady and latency run in, one run each.
+	// Defaults to WakePoll.
+	Wakes []Wake
+	// PollInterval is the relay's and the reference loop's wait after a
+	// short claim. Defaults to PollIntervalDefault.
+	PollInterval time.Duration
+	// Sink receives the events. Defaults to Discard. It must accept every
+	// event: a failed publish ends the scenario with an error.
+	Sink outbox.Sink
+	// SinkName describes Sink in reports. Defaults to "discard:" when Sink
+	// is nil, else to the sink's type.
+	SinkName string
+	// SchemaPrefix starts each scratch schema's name. Defaults to
+	// SchemaPrefixDefault.
+	SchemaPrefix string
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Progress, when set, is told what the bench is doing, one short line
+	// at a time (for a terminal).
+	Progress func(msg string)
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	setDefault(&c.Events, EventsDefault)
+	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.Workers, WorkersDefault)
+	setDefault(&c.Writers, WritersDefault)
+	setDefault(&c.PayloadSize, PayloadSizeDefault)
+	setDefault(&c.Duration, DurationDefault)
+	setDefault(&c.Rate, RateDefault)
+	setDefault(&c.PollInterval, PollIntervalDefault)
+	setDefault(&c.SchemaPrefix, SchemaPrefixDefault)
+	if len(c.Retentions) == 0 {
+		c.Retentions = []outbox.Retention{outbox.RetainProcessed}
+	}
+	if len(c.Wakes) == 0 {
+		c.Wakes = []Wake{WakePoll}
+	}
+	if c.Sink == nil {
+		c.Sink = Discard{}
+		if c.SinkName == "" {
+			c.SinkName = "discard:"
+		}
+	}
+	if c.SinkName == "" {
+		c.SinkName = fmt.Sprintf("%T", c.Sink)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// ConfigError is an invalid Config field.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return "invalid " + e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Validate reports the first invalid field as a *ConfigError.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case c.Events < 1:
+		return bad("Events", "is %d: use at least 1", c.Events)
+	case c.BatchSize < 1 || c.BatchSize > outbox.BatchSizeMax:
+		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, outbox.BatchSizeMax)
+	case c.Workers < 1:
+		return bad("Workers", "is %d: use at least 1", c.Workers)
+	case c.Writers < 1:
+		return bad("Writers", "is %d: use at least 1", c.Writers)
+	case c.PayloadSize < PayloadSizeMin:
+		return bad("PayloadSize", "is %d: use at least %d bytes", c.PayloadSize, PayloadSizeMin)
+	case c.Duration <= 0:
+		return bad("Duration", "is %v: use a positive duration", c.Duration)
+	case c.Rate < 1:
+		return bad("Rate", "is %d: use at least 1 event per second", c.Rate)
+	case c.PollInterval <= 0:
+		return bad("PollInterval", "is %v: use a positive duration", c.PollInterval)
+	case !schemaPrefixPattern.MatchString(c.SchemaPrefix) || strings.HasPrefix(c.SchemaPrefix, "pg_"):
+		return bad("SchemaPrefix", "is %q: use 1 to 40 lower-case letters, digits and underscores, not starting with a digit or pg_", c.SchemaPrefix)
+	}
+	for _, r := range c.Retentions {
+		if _, err := outbox.ParseRetention(string(r)); err != nil {
+			return bad("Retentions", "has %q: use %s", r, joinNames(Retentions))
+		}
+	}
+	for _, w := range c.Wakes {
+		if !slices.Contains(Wakes, w) {
+			return bad("Wakes", "has %q: use %s", w, joinNames(Wakes))
+		}
+	}
+	return nil
+}
+
+var schemaPrefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// errSinkFailed ends a scenario whose sink rejected an event: with retries
+// in play the numbers would measure the backoff, not the relay.
+var errSinkFailed = errors.New("the sink rejected events; the bench needs a sink that accepts every event")
+
+// Payload returns a JSON object of exactly size bytes (at least
+// PayloadSizeMin) shaped like an order event.
+func Payload(size int) []byte {
+	size = max(size, PayloadSizeMin)
+	const head = `{"order_id":1234567,"customer":"customer-0042","total_cents":4999,"currency":"EUR","lines":[{"sku":"SKU-1","qty":1}],"pad":"`
+	if size >= len(head)+2 {
+		return []byte(head + strings.Repeat("x", size-len(head)-2) + `"}`)
+	}
+	const small = `{"pad":"`
+	return []byte(small + strings.Repeat("x", size-len(small)-2) + `"}`)
+}

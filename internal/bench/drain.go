@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// stallTimeout ends a drain that has made no progress for this long: a
+// stuck relay must not hang the bench.
+const stallTimeout = time.Minute
+
+// Drain pre-fills Events events and drains them with outbox.Relay (BatchSize,
+// Workers, PollInterval, the given retention) to the sink. The report's
+// EventsPerS is Events over the time from the relay's start until the last
+// batch was marked. Its DrainStats is left for Run to fill in.
+func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report, error) {
+	rep := Report{Scenario: ScenarioDrain, Retention: string(retention)}
+	err := r.withScratch(ctx, &rep, func(s scratch) error {
+		r.progress("drain (%s): pre-filling %d events", retention, r.cfg.Events)
+		if err := r.prefill(ctx, s); err != nil {
+			return err
+		}
+		before, err := r.tableSize(ctx, s)
+		if err != nil {
+			return err
+		}
+		rep.Table.Before = before
+
+		p := &pools{r: r}
+		defer p.close(ctx)
+		relayID := "bench:" + s.name
+		pool, err := p.relayPool(ctx, relayID, r.cfg.Workers+2)
+		if err != nil {
+			return err
+		}
+		rec := newRecorder(r.cfg.Sink, r.cfg.Events)
+		progress := &drainProgress{target: int64(r.cfg.Events), done: make(chan struct{}), failed: make(chan struct{})}
+		relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{
+			Sink: rec, Schema: s.name, RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
+			PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, Hooks: []outbox.Hook{progress},
+		})
+		if err != nil {
+			return err
+		}
+		r.progress("drain (%s): relaying %d events", retention, r.cfg.Events)
+		rss := startRSS()
+		start := time.Now()
+		if err := relay.Start(ctx); err != nil {
+			rss.Stop()
+			return err
+		}
+		waitErr := progress.wait(ctx)
+		elapsed := time.Since(start)
+		stopErr := stopRelay(ctx, relay)
+		rep.RSSPeakBytes = rss.Stop()
+		if sinkErr := rec.err(); sinkErr != nil {
+			waitErr = sinkErr // says more than errSinkFailed
+		}
+		if err := errors.Join(waitErr, stopErr); err != nil {
+			return fmt.Errorf("drain (%s): %w", retention, err)
+		}
+		p.close(ctx)
+
+		if err := r.verifyDrained(ctx, s, retention); err != nil {
+			return fmt.Errorf("drain (%s): %w", retention, err)
+		}
+		if rep.Table.After, err = r.tableSize(ctx, s); err != nil {
+			return err
+		}
+		delivered, dups, _ := rec.counts()
+		rep.Events, rep.Duplicates, rep.Seconds = delivered, dups, elapsed.Seconds()
+		rep.EventsPerS = float64(delivered) / elapsed.Seconds()
+		return nil
+	})
+	return rep, err
+}
+
+// prefill inserts Events pending events in one statement, then vacuums and
+// analyzes the table so the drain starts from a settled one.
+func (r *Runner) prefill(ctx context.Context, s scratch) error {
+	_, err := r.ctl.Exec(ctx, `INSERT INTO `+s.table+` (event_type, aggregate_type, aggregate_id, payload)
+SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::int) AS g`, r.cfg.Events, string(r.payload))
+	if err != nil {
+		return fmt.Errorf("pre-fill %d events: %w", r.cfg.Events, err)
+	}
+	// Publish the insert's statistics before VACUUM counts the live rows,
+	// or they would be added again on top of its count.
+	if err := r.flushOwnStats(ctx); err != nil {
+		return err
+	}
+	return r.vacuumAnalyze(ctx, s)
+}
+
+// verifyDrained checks that every pre-filled event ended where retention
+// puts delivered events.
+func (r *Runner) verifyDrained(ctx context.Context, s scratch, retention outbox.Retention) error {
+	var undelivered, processed, remaining, archived int64
+	err := r.ctl.QueryRow(ctx, `SELECT
+    (SELECT count(*) FROM `+s.table+` WHERE status IN ('pending', 'processing', 'failed')),
+    (SELECT count(*) FROM `+s.table+` WHERE status = 'processed'),
+    (SELECT count(*) FROM `+s.table+`),
+    (SELECT count(*) FROM `+s.archive+`)`).Scan(&undelivered, &processed, &remaining, &archived)
+	if err != nil {
+		return fmt.Errorf("count delivered events: %w", err)
+	}
+	want := int64(r.cfg.Events)
+	var got int64
+	switch retention {
+	case outbox.RetainDelete:
+		got = want - remaining
+	case outbox.RetainArchive:
+		got = archived
+	default:
+		got = processed
+	}
+	if undelivered != 0 || got != want {
+		return fmt.Errorf("%d of %d events delivered as retention %s expects, %d undelivered", got, want, retention, undelivered)
+	}
+	return nil
+}
+
+// stopRelay stops the relay gracefully, bounded by its shutdown timeout.
+func stopRelay(ctx context.Context, relay *outbox.Relay) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relay.Config().ShutdownTimeout)
+	defer cancel()
+	if err := relay.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop relay: %w", err)
+	}
+	return nil
+}
+
+// drainProgress is a relay hook that counts marked events and closes done
+// when target are marked, or failed when a publish failed.
+type drainProgress struct {
+	target     int64
+	marked     atomic.Int64
+	done       chan struct{}
+	failed     chan struct{}
+	doneOnce   sync.Once
+	failedOnce sync.Once
+}
+
+func (d *drainProgress) OnBatch(_ context.Context, b outbox.BatchInfo) {
+	if b.Retried+b.Dead > 0 {
+		d.failedOnce.Do(func() { close(d.failed) })
+	}
+	if d.marked.Add(int64(b.Published)) >= d.target {
+		d.doneOnce.Do(func() { close(d.done) })
+	}
+}
+
+// wait returns when every event is marked, a publish failed, ctx ended or
+// the drain stalled.
+func (d *drainProgress) wait(ctx context.Context) error {
+	return waitMarked(ctx, d.done, d.failed, d.marked.Load)
+}
+
+// waitMarked waits for done; it fails on failed, on ctx, and when marked()
+// has not moved for stallTimeout.
+func waitMarked(ctx context.Context, done, failed <-chan struct{}, marked func() int64) error {
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	last, lastMove := marked(), time.Now()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-failed:
+			return errSinkFailed
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-check.C:
+			if n := marked(); n != last {
+				last, lastMove = n, now
+			} else if now.Sub(lastMove) >= stallTimeout {
+				return fmt.Errorf("no progress for %v after %d events", stallTimeout, n)
+			}
+		}
+	}
+}

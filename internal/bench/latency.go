@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// deliverTimeout bounds the wait, after latency's writers stopped, for the
+// relay to deliver what they committed.
+const deliverTimeout = 30 * time.Second
+
+// Latency runs Writers writers at Rate events per second in total for
+// Duration while the relay runs, and measures each event's latency from the
+// moment its writer's Commit returned to the moment the sink acknowledged
+// it, both by this host's clock. It waits until every committed event is
+// delivered; the report's EventsPerS is the writers' achieved rate.
+func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
+	rep := Report{Scenario: ScenarioLatency, Retention: string(retention), Wake: wake}
+	err := r.withScratch(ctx, &rep, func(s scratch) error {
+		if err := r.createOrders(ctx, s); err != nil {
+			return err
+		}
+		var err error
+		if rep.Table.Before, err = r.tableSize(ctx, s); err != nil {
+			return err
+		}
+		p := &pools{r: r}
+		defer p.close(ctx)
+		wpool, err := p.writerPool(ctx, "outbox-bench-writer:"+s.name, r.cfg.Writers)
+		if err != nil {
+			return err
+		}
+		rec := newRecorder(r.cfg.Sink, int(float64(r.cfg.Rate)*r.cfg.Duration.Seconds()))
+		relay, err := r.startRelay(ctx, p, s, retention, wake, rec)
+		if err != nil {
+			return err
+		}
+		tokens := make(chan struct{})
+		run := writerRun{pool: wpool, orders: s.orders, payload: r.payload, n: r.cfg.Writers,
+			writer: r.newWriter(s, wake), tokens: tokens}
+		if wake == WakeProcess {
+			run.afterCommit = relay.Wake
+		}
+
+		r.progress("latency (%s, wake %s): %d writers at %d events/s for %v", retention, wake, r.cfg.Writers, r.cfg.Rate, r.cfg.Duration)
+		rss := startRSS()
+		paceCtx, stopPacing := context.WithCancel(ctx)
+		defer stopPacing()
+		window := make(chan time.Duration, 1)
+		go func() { window <- pace(paceCtx, r.cfg.Rate, r.cfg.Duration, tokens) }()
+		commits, _, runErr := run.run(ctx)
+		// Normally the pacer has closed tokens already; after a writer
+		// error it may still wait for a free writer.
+		stopPacing()
+		paced := <-window
+		var waitErr error
+		if runErr == nil {
+			waitErr = r.waitDelivered(ctx, commits, rec)
+		}
+		stopErr := stopRelay(ctx, relay)
+		rep.RSSPeakBytes = rss.Stop()
+		if err := errors.Join(runErr, waitErr, stopErr); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		p.close(ctx)
+		if rep.Table.After, err = r.tableSize(ctx, s); err != nil {
+			return err
+		}
+
+		_, rep.Duplicates, _ = rec.counts()
+		rep.Events, rep.Seconds = int64(len(commits)), paced.Seconds()
+		rep.EventsPerS = float64(len(commits)) / paced.Seconds()
+		lat := latencies(commits, rec)
+		rep.LatencyStats = &LatencyStats{
+			TargetEventsPerS: float64(r.cfg.Rate),
+			RateReached:      rep.EventsPerS >= 0.99*float64(r.cfg.Rate),
+			Count:            int64(len(lat)),
+			P50MS:            ms(percentile(lat, 0.50)),
+			P95MS:            ms(percentile(lat, 0.95)),
+			P99MS:            ms(percentile(lat, 0.99)),
+			MaxMS:            ms(percentile(lat, 1)),
+		}
+		return nil
+	})
+	return rep, err
+}
+
+// waitDelivered waits until the sink acknowledged every commit, a publish
+// failed, or deliverTimeout passed.
+func (r *Runner) waitDelivered(ctx context.Context, commits []commit, rec *recorder) error {
+	ids := make([]int64, len(commits))
+	for i, c := range commits {
+		ids[i] = c.id
+	}
+	ctx, cancel := context.WithTimeout(ctx, deliverTimeout)
+	defer cancel()
+	err := poll(ctx, 5*time.Millisecond, func() (bool, error) {
+		if err := rec.err(); err != nil {
+			return false, err
+		}
+		return rec.allAcked(ids), nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		delivered, _, _ := rec.counts()
+		return fmt.Errorf("the relay delivered %d of %d committed events within %v of the writers' end", delivered, len(ids), deliverTimeout)
+	}
+	return err
+}
+
+// latencies returns each commit's commit→ack latency, sorted. An event the
+// sink acknowledged before its writer's Commit returned (the relay can be
+// that quick) counts as 0.
+func latencies(commits []commit, rec *recorder) []time.Duration {
+	out := make([]time.Duration, 0, len(commits))
+	for _, c := range commits {
+		if at, ok := rec.ackedAt(c.id); ok {
+			out = append(out, max(at.Sub(c.at), 0))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted (p in
+// (0, 1]); 0 for none.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,123 @@
+package bench
+
+// Result is a whole bench run: the settings, the server, and one report per
+// scenario run. It is what `outbox bench --json` prints.
+type Result struct {
+	Settings Settings `json:"settings"`
+	// Server is the PostgreSQL server_version.
+	Server string `json:"server"`
+	// Autovacuum is the server's autovacuum setting: off, dead tuples
+	// stay until something vacuums the table.
+	Autovacuum bool `json:"autovacuum"`
+	// CPUs is the bench host's logical CPU count.
+	CPUs int `json:"cpus"`
+	// Notes say how to read the numbers.
+	Notes     []string `json:"notes"`
+	Scenarios []Report `json:"scenarios"`
+}
+
+// Settings are the Config a run used, as reported.
+type Settings struct {
+	Events         int      `json:"events"`
+	BatchSize      int      `json:"batch_size"`
+	Workers        int      `json:"workers"`
+	Writers        int      `json:"writers"`
+	PayloadSize    int      `json:"payload_size"`
+	DurationS      float64  `json:"duration_s"`
+	Rate           int      `json:"rate"`
+	PollIntervalMS float64  `json:"poll_interval_ms"`
+	Retentions     []string `json:"retentions"`
+	Wakes          []string `json:"wakes"`
+	Sink           string   `json:"sink"`
+}
+
+// Report is one scenario run. The embedded pointers hold what only some
+// scenarios measure; in JSON their fields sit at the top level and are
+// absent when nil.
+type Report struct {
+	Scenario  Scenario `json:"scenario"`
+	Retention string   `json:"retention"`
+	// Schema is the scratch schema the scenario ran in, dropped since.
+	Schema string `json:"schema"`
+	// Wake is the wake-up mode (steady and latency).
+	Wake Wake `json:"wake,omitempty"`
+	// Events is how many events the scenario delivered (drain, reference)
+	// or committed while the relay ran (steady, latency).
+	Events int64 `json:"events"`
+	// Seconds is the measured wall time.
+	Seconds float64 `json:"seconds"`
+	// EventsPerS is the scenario's headline rate: delivered per second for
+	// drain, reference and steady (the relay's rate), committed per second
+	// for latency (the writers' achieved rate).
+	EventsPerS float64 `json:"events_per_s"`
+	// Duplicates counts deliveries of an event that had been delivered
+	// already (at-least-once allows them; a healthy run has none).
+	Duplicates int64 `json:"duplicates"`
+
+	*DrainStats
+	*SteadyStats
+	*LatencyStats
+
+	// Table is the outbox table before and after the measured part.
+	Table TableStats `json:"table"`
+	// RSSPeakBytes is the highest resident set size of this process
+	// sampled during the measured part: the relay's memory, plus the
+	// writers' in steady and latency. 0 where /proc is missing.
+	RSSPeakBytes int64 `json:"rss_peak_bytes"`
+}
+
+// DrainStats compares the relay with the reference loop (drain only).
+type DrainStats struct {
+	ReferenceEventsPerS float64 `json:"reference_events_per_s"`
+	// RatioToReference is EventsPerS / ReferenceEventsPerS, both from the
+	// same run and retention mode.
+	RatioToReference float64 `json:"ratio_to_reference"`
+}
+
+// SteadyStats is what the relay costs writers running flat out.
+type SteadyStats struct {
+	WriterTPSWithoutRelay float64 `json:"writer_tps_without_relay"`
+	WriterTPSWithRelay    float64 `json:"writer_tps_with_relay"`
+	// WriterTPSRatio is WriterTPSWithRelay / WriterTPSWithoutRelay.
+	WriterTPSRatio float64 `json:"writer_tps_ratio"`
+	// BacklogMid and BacklogEnd are the undelivered events (pending or
+	// processing) halfway through and at the end of the relay phase.
+	BacklogMid int64 `json:"backlog_mid"`
+	BacklogEnd int64 `json:"backlog_end"`
+	// BacklogGrew is true when BacklogEnd exceeds both BacklogMid and one
+	// batch per relay loop: the relay did not keep up.
+	BacklogGrew bool `json:"backlog_grew"`
+}
+
+// LatencyStats is commit→sink-ack latency at a fixed rate.
+type LatencyStats struct {
+	TargetEventsPerS float64 `json:"target_events_per_s"`
+	// RateReached is true when the writers achieved at least 99% of the
+	// target rate.
+	RateReached bool `json:"rate_reached"`
+	// Count is the number of events measured: every committed event.
+	Count int64   `json:"latency_count"`
+	P50MS float64 `json:"p50_ms"`
+	P95MS float64 `json:"p95_ms"`
+	P99MS float64 `json:"p99_ms"`
+	MaxMS float64 `json:"max_ms"`
+}
+
+// TableStats is the outbox table's storage before and after.
+type TableStats struct {
+	Before TableSize `json:"before"`
+	After  TableSize `json:"after"`
+}
+
+// TableSize is one reading of the outbox table's storage.
+type TableSize struct {
+	// TotalBytes is pg_total_relation_size: heap, indexes and TOAST.
+	TotalBytes int64 `json:"total_bytes"`
+	// IndexBytes is pg_indexes_size.
+	IndexBytes int64 `json:"index_bytes"`
+	// LiveTuples and DeadTuples are from pg_stat_user_tables.
+	LiveTuples int64 `json:"live_tuples"`
+	DeadTuples int64 `json:"dead_tuples"`
+	// ArchiveTotalBytes is outbox_events_archive's pg_total_relation_size.
+	ArchiveTotalBytes int64 `json:"archive_total_bytes"`
+}

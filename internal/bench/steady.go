@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Steady measures what a running relay costs the application: Writers
+// goroutines write flat out for Duration without a relay, the tables are
+// emptied, and they write for Duration again while the relay runs. The
+// report's EventsPerS is the relay's delivery rate in the second phase.
+// Every event committed in the second phase must end up delivered or still
+// pending, or Steady fails.
+func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
+	rep := Report{Scenario: ScenarioSteady, Retention: string(retention), Wake: wake}
+	err := r.withScratch(ctx, &rep, func(s scratch) error {
+		if err := r.createOrders(ctx, s); err != nil {
+			return err
+		}
+		r.progress("steady (%s, wake %s): %d writers without a relay for %v", retention, wake, r.cfg.Writers, r.cfg.Duration)
+		alone, aloneTime, err := r.writeAlone(ctx, s)
+		if err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+		_, err = r.ctl.Exec(ctx, `TRUNCATE `+s.orders+`, `+s.table+`, `+s.archive+` RESTART IDENTITY`)
+		if err != nil {
+			return fmt.Errorf("steady: empty the tables: %w", err)
+		}
+		if rep.Table.Before, err = r.tableSize(ctx, s); err != nil {
+			return err
+		}
+
+		p := &pools{r: r}
+		defer p.close(ctx)
+		wpool, err := p.writerPool(ctx, "outbox-bench-writer:"+s.name, r.cfg.Writers)
+		if err != nil {
+			return err
+		}
+		rec := newRecorder(r.cfg.Sink, 0)
+		relay, err := r.startRelay(ctx, p, s, retention, wake, rec)
+		if err != nil {
+			return err
+		}
+		r.progress("steady (%s, wake %s): %d writers with the relay for %v", retention, wake, r.cfg.Writers, r.cfg.Duration)
+		run := writerRun{pool: wpool, orders: s.orders, payload: r.payload, n: r.cfg.Writers, writer: r.newWriter(s, wake)}
+		if wake == WakeProcess {
+			run.afterCommit = relay.Wake
+		}
+		rss := startRSS()
+		run.deadline = time.Now().Add(r.cfg.Duration)
+		mid := r.sampleBacklogAt(ctx, s, r.cfg.Duration/2)
+		commits, withTime, runErr := run.run(ctx)
+		delivered, _, _ := rec.counts()
+		backlogEnd, countErr := r.backlog(ctx, s)
+		backlogMid, midErr := mid()
+		stopErr := stopRelay(ctx, relay)
+		rep.RSSPeakBytes = rss.Stop()
+		if err := errors.Join(runErr, countErr, midErr, rec.err(), stopErr); err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+		if err := r.checkCommitted(ctx, s, commits, rec); err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+		p.close(ctx)
+		if rep.Table.After, err = r.tableSize(ctx, s); err != nil {
+			return err
+		}
+
+		_, rep.Duplicates, _ = rec.counts()
+		rep.Events, rep.Seconds = int64(len(commits)), withTime.Seconds()
+		rep.EventsPerS = float64(delivered) / withTime.Seconds()
+		st := &SteadyStats{
+			WriterTPSWithoutRelay: float64(len(alone)) / aloneTime.Seconds(),
+			WriterTPSWithRelay:    float64(len(commits)) / withTime.Seconds(),
+			BacklogMid:            backlogMid,
+			BacklogEnd:            backlogEnd,
+		}
+		st.WriterTPSRatio = ratio(st.WriterTPSWithRelay, st.WriterTPSWithoutRelay)
+		st.BacklogGrew = backlogEnd > max(backlogMid, int64(r.cfg.BatchSize*r.cfg.Workers))
+		rep.SteadyStats = st
+		return nil
+	})
+	return rep, err
+}
+
+// writeAlone is steady's first phase: the writers without a relay, on
+// connections of their own that are closed afterwards (so their statistics
+// are flushed before the tables are emptied).
+func (r *Runner) writeAlone(ctx context.Context, s scratch) ([]commit, time.Duration, error) {
+	p := &pools{r: r}
+	defer p.close(ctx)
+	wpool, err := p.writerPool(ctx, "outbox-bench-writer-alone:"+s.name, r.cfg.Writers)
+	if err != nil {
+		return nil, 0, err
+	}
+	run := writerRun{pool: wpool, orders: s.orders, payload: r.payload, n: r.cfg.Writers,
+		writer: outbox.NewWriter(outbox.WriterConfig{Schema: s.name}), deadline: time.Now().Add(r.cfg.Duration)}
+	return run.run(ctx)
+}
+
+// startRelay starts an outbox.Relay on a relay pool of its own, woken as
+// wake says.
+func (r *Runner) startRelay(ctx context.Context, p *pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*outbox.Relay, error) {
+	relayID := "bench:" + s.name
+	// One connection per claim loop, one for the lease rescue, one for
+	// LISTEN, one spare.
+	pool, err := p.relayPool(ctx, relayID, r.cfg.Workers+3)
+	if err != nil {
+		return nil, err
+	}
+	relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{
+		Sink: sink, Schema: s.name, RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
+		PollInterval: r.cfg.PollInterval, Retention: retention, Listen: wake == WakeListen, Logger: r.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := relay.Start(ctx); err != nil {
+		return nil, err
+	}
+	return relay, nil
+}
+
+// newWriter returns the writers' outbox.Writer for wake: with WakeListen it
+// notifies listening relays, debounced by outbox.NotifyIntervalDefault.
+func (r *Runner) newWriter(s scratch, wake Wake) *outbox.Writer {
+	cfg := outbox.WriterConfig{Schema: s.name}
+	if wake == WakeListen {
+		cfg.NotifyInterval = outbox.NotifyIntervalDefault
+	}
+	return outbox.NewWriter(cfg)
+}
+
+// sampleBacklogAt counts the backlog after d in the background; the
+// returned func waits for the count (or returns at once with the count so
+// far, 0, if ctx ended first).
+func (r *Runner) sampleBacklogAt(ctx context.Context, s scratch, d time.Duration) func() (int64, error) {
+	var (
+		wg  sync.WaitGroup
+		n   int64
+		err error
+	)
+	stop := make(chan struct{})
+	wg.Go(func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		case <-t.C:
+			n, err = r.backlog(ctx, s)
+		}
+	})
+	return func() (int64, error) {
+		close(stop)
+		wg.Wait()
+		return n, err
+	}
+}
+
+// checkCommitted checks, after the relay stopped, that every committed
+// event was delivered or is still undelivered in the table: none was lost.
+func (r *Runner) checkCommitted(ctx context.Context, s scratch, commits []commit, rec *recorder) error {
+	var notAcked int64
+	for _, c := range commits {
+		if _, ok := rec.ackedAt(c.id); !ok {
+			notAcked++
+		}
+	}
+	remaining, err := r.backlog(ctx, s)
+	if err != nil {
+		return err
+	}
+	if remaining != notAcked {
+		return fmt.Errorf("%d of %d committed events were not delivered, but %d are pending: events were lost",
+			notAcked, len(commits), remaining)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+)
+
+// commit is one committed write transaction: its event's ID and when Commit
+// returned, by this host's clock.
+type commit struct {
+	id int64
+	at time.Time
+}
+
+// writerRun is a set of writer goroutines. Each runs, per transaction, a
+// business INSERT into orders and one outbox write, like an application's
+// checkout.
+type writerRun struct {
+	pool    *pgxpool.Pool
+	orders  string
+	writer  *outbox.Writer
+	payload json.RawMessage
+	n       int
+	// tokens, when set, paces the writers: one transaction per token, until
+	// the channel is closed. Without it they write flat out until deadline.
+	tokens   <-chan struct{}
+	deadline time.Time
+	// afterCommit, when set, runs after each commit (Relay.Wake).
+	afterCommit func()
+}
+
+// run runs the writers and returns every commit and the time from the start
+// until the last writer returned. The first error stops them all.
+func (w writerRun) run(ctx context.Context) ([]commit, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      []commit
+		firstErr error
+	)
+	start := time.Now()
+	for i := range w.n {
+		wg.Go(func() {
+			commits, err := w.one(ctx, i)
+			mu.Lock()
+			defer mu.Unlock()
+			all = append(all, commits...)
+			if err != nil && firstErr == nil {
+				firstErr = err
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return all, time.Since(start), firstErr
+}
+
+// one is writer i's loop on a connection of its own.
+func (w writerRun) one(ctx context.Context, i int) ([]commit, error) {
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("writer: connect: %w", err)
+	}
+	defer conn.Release()
+	customer := "customer-" + strconv.Itoa(i)
+	var commits []commit
+	for n := 0; ; n++ {
+		if w.tokens != nil {
+			select {
+			case <-ctx.Done():
+				return commits, ctx.Err()
+			case _, ok := <-w.tokens:
+				if !ok {
+					return commits, nil
+				}
+			}
+		} else if !time.Now().Before(w.deadline) {
+			return commits, nil
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return commits, fmt.Errorf("writer: begin: %w", err)
+		}
+		var orderID int64
+		err = tx.QueryRow(ctx, `INSERT INTO `+w.orders+` (customer, total_cents) VALUES ($1, $2) RETURNING id`,
+			customer, 1000+n%9000).Scan(&orderID)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return commits, fmt.Errorf("writer: insert order: %w", err)
+		}
+		res, err := w.writer.Write(ctx, tx, outbox.Message{EventType: "order.created", AggregateType: "order",
+			AggregateID: strconv.FormatInt(orderID, 10), Payload: w.payload})
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return commits, fmt.Errorf("writer: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return commits, fmt.Errorf("writer: commit: %w", err)
+		}
+		commits = append(commits, commit{id: res.IDs[0], at: time.Now()})
+		if w.afterCommit != nil {
+			w.afterCommit()
+		}
+	}
+}
+
+// pace sends rate tokens per second on tokens for d, then closes it. Tokens
+// owed while every writer is busy are sent as soon as one is free; those
+// still owed when d ends are dropped, so slow writers show as a lower
+// achieved rate. It returns the pacing window's length.
+func pace(ctx context.Context, rate int, d time.Duration, tokens chan<- struct{}) time.Duration {
+	defer close(tokens)
+	start := time.Now()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	tick := time.NewTicker(max(time.Second/time.Duration(rate), time.Millisecond))
+	defer tick.Stop()
+	var sent int64
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Since(start)
+		case <-end.C:
+			return time.Since(start)
+		case now := <-tick.C:
+			due := int64(now.Sub(start).Seconds() * float64(rate))
+			for ; sent < due; sent++ {
+				select {
+				case tokens <- struct{}{}:
+				case <-ctx.Done():
+					return time.Since(start)
+				case <-end.C:
+					return time.Since(start)
+				}
+			}
+		}
+	}
+}
+
+// createOrders creates the business table the writers insert into.
+func (r *Runner) createOrders(ctx context.Context, s scratch) error {
+	_, err := r.ctl.Exec(ctx, `CREATE TABLE `+s.orders+` (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    customer    text NOT NULL,
+    total_cents bigint NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+)`)
+	if err != nil {
+		return fmt.Errorf("create orders table: %w", err)
+	}
+	return nil
+}
