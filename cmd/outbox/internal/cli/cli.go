@@ -117,6 +117,7 @@ The password in it never appears in output or logs.`,
 		a.purgeCommand(),
 		a.versionCommand(),
 		a.demoCommand(),
+		a.benchCommand(),
 		a.adminCommand(),
 	)
 	return root

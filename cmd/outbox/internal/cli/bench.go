@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/bench"
+	"github.com/outboxkit/outbox/sink/webhooksink"
+)
+
+// benchFlagNames maps bench.Config fields to the flags that set them.
+var benchFlagNames = map[string]string{
+	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "Writers": "--writers",
+	"PayloadSize": "--payload-size", "Duration": "--duration", "Rate": "--rate", "PollInterval": "--poll-interval",
+	"Retentions": "--retention", "Wakes": "--wake", "SchemaPrefix": "--schema-prefix",
+}
+
+// benchDiscardSink is the --sink value of the bench's own discarding sink.
+const benchDiscardSink = "discard:"
+
+func (a *app) benchCommand() *cobra.Command {
+	var (
+		cfg       bench.Config
+		retention string
+		wake      string
+		sinkURL   string
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [drain|steady|latency|reference|all]...",
+		Short: "Measure the relay and what the outbox costs on this database",
+		Long: `bench measures the outbox on the database --database-url names. Each scenario
+runs in a scratch schema of its own (--schema-prefix and a random suffix,
+created, migrated and dropped again, also on error or Ctrl-C; --schema does
+not apply). It needs CREATE on the database. Scenarios (default: all):
+
+  reference  drain a pre-filled backlog of --events with a plain hand-written
+             SQL loop (claim a batch with SKIP LOCKED, mark it in one statement)
+  drain      drain the same backlog with the outbox relay; every drain report
+             shows relay/reference from a reference run in the same mode
+  steady     --writers write flat out for --duration without, then with the
+             relay: the relay's cost to writers, and whether the backlog grows
+  latency    writers at --rate events/s for --duration: commit→sink-ack
+             latency p50/p95/p99/max, and the rate the writers reached
+
+--retention all runs reference and drain once per retention mode; --wake all
+runs steady and latency once per wake-up mode (poll: the relay's poll interval
+only; listen: LISTEN/NOTIFY; process: the writers call Relay.Wake).
+
+The relay, the reference loop and the writers run in this process, so the
+reported peak RSS is this process's. Absolute numbers drift between runs and
+machines: compare the ratios taken in one run. Results go to stdout, as a
+table or with --json as one JSON document; progress goes to stderr on a
+terminal.`,
+		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench latency --rate 2000 --duration 30s --wake all",
+		Args: func(_ *cobra.Command, args []string) error {
+			if _, err := bench.ParseScenarios(args); err != nil {
+				return &usageError{err: err}
+			}
+			return nil
+		},
+		ValidArgs: []string{"drain", "steady", "latency", "reference", "all"},
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			scenarios, err := bench.ParseScenarios(args)
+			if err != nil {
+				return &usageError{err: err}
+			}
+			if err := checkPositive(cmd, map[string]bool{
+				"events": cfg.Events > 0, "batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0,
+				"writers": cfg.Writers > 0, "payload-size": cfg.PayloadSize > 0, "duration": cfg.Duration > 0,
+				"rate": cfg.Rate > 0, "poll-interval": cfg.PollInterval > 0,
+			}); err != nil {
+				return err
+			}
+			if cfg.SchemaPrefix == "" {
+				return usagef("invalid --schema-prefix: is empty")
+			}
+			if cfg.Retentions, err = bench.ParseRetentions(retention); err != nil {
+				return usagef("invalid --retention: %v", err)
+			}
+			if cfg.Wakes, err = bench.ParseWakes(wake); err != nil {
+				return usagef("invalid --wake: %v", err)
+			}
+			if err := cfg.WithDefaults().Validate(); err != nil {
+				return benchConfigError(err)
+			}
+			pc, err := a.poolConfig("")
+			if err != nil {
+				return err
+			}
+			sink, err := a.benchSink(sinkURL)
+			if err != nil {
+				return err
+			}
+			if sink != nil {
+				defer func() {
+					if err := closeSink(sink); err != nil {
+						a.logger.Warn("closing the sink failed", "error", err)
+					}
+				}()
+				cfg.Sink, cfg.SinkName = sink, describeSink(sinkURL, a.redact)
+			}
+			level := "warn" // the relay's start and stop lines would drown the report
+			if cmd.Flags().Changed("log-level") {
+				level = a.logLevel
+			}
+			if cfg.Logger, err = newLogger(a.stderr, a.logFormat, level, a.redact); err != nil {
+				return err
+			}
+			if isTerminal(a.stderr) {
+				cfg.Progress = func(msg string) { notef(a.stderr, "outbox bench: %s\n", msg) }
+			}
+
+			ctx := cmd.Context()
+			connectCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+			runner, err := bench.New(connectCtx, pc, cfg)
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer runner.Close()
+			res, err := runner.Run(ctx, scenarios)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return writeBenchText(a.stdout, res)
+		}),
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain and reference")
+	f.IntVar(&cfg.BatchSize, "batch-size", bench.BatchSizeDefault, "most events claimed and published at once")
+	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loop")
+	f.IntVar(&cfg.Writers, "writers", bench.WritersDefault, "writer goroutines in steady and latency")
+	f.IntVar(&cfg.PayloadSize, "payload-size", bench.PayloadSizeDefault, "bytes of JSON payload per event")
+	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long steady (each phase) and latency write")
+	f.IntVar(&cfg.Rate, "rate", bench.RateDefault, "latency: the writers' total events per second")
+	f.StringVar(&retention, "retention", string(outbox.RetainProcessed), "what the relay does with delivered events: processed, delete, archive, or all")
+	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen, process, or all")
+	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's wait after a claim that came back short")
+	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
+	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's name")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return cmd
+}
+
+// benchSink opens the --sink for the bench: nil for discard: (the bench's
+// own discarding sink), else the sink the relay command would open.
+func (a *app) benchSink(raw string) (outbox.Sink, error) {
+	if raw == "discard" || raw == benchDiscardSink {
+		return nil, nil
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && !knownSinkScheme(u.Scheme) {
+		names := []string{"discard"}
+		for _, s := range sinkSchemes {
+			names = append(names, s.name)
+		}
+		return nil, usagef("unknown sink scheme %q: use one of %s", u.Scheme, strings.Join(names, ", "))
+	}
+	secret := os.Getenv(EnvWebhookSecret)
+	a.redact.add(secret)
+	return openSink(raw, sinkOptions{
+		Timeout: outbox.SinkTimeoutDefault, WebhookSecret: secret, Concurrency: webhooksink.ConcurrencyDefault,
+		Source: webhooksink.SourceDefault, Stdout: a.stdout, Logger: a.logger,
+	}, a.redact)
+}
+
+func knownSinkScheme(scheme string) bool {
+	for _, s := range sinkSchemes {
+		if s.name == strings.ToLower(scheme) {
+			return true
+		}
+	}
+	return false
+}
+
+// benchConfigError names the flag behind an invalid bench.Config field.
+func benchConfigError(err error) error {
+	var ce *bench.ConfigError
+	if errors.As(err, &ce) {
+		if name, ok := benchFlagNames[ce.Field]; ok {
+			return usagef("invalid %s: %v", name, ce.Err)
+		}
+	}
+	return &usageError{err: err}
+}
+
+// writeBenchText writes res as a table per scenario.
+func writeBenchText(w io.Writer, res bench.Result) error {
+	s := res.Settings
+	_, _ = fmt.Fprintf(w, "outbox bench on PostgreSQL %s, %d CPUs: batch %d, %d relay loops, %d writers, payload %d B, poll %gms, sink %s\n",
+		res.Server, res.CPUs, s.BatchSize, s.Workers, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
+	t := newTable(w, 2)
+	for _, r := range res.Scenarios {
+		title := string(r.Scenario) + "\tretention " + r.Retention
+		if r.Wake != "" {
+			title += ", wake " + string(r.Wake)
+		}
+		t.row("\n%s\n", title)
+		switch r.Scenario {
+		case bench.ScenarioLatency:
+			t.row("  writers\t%s of %s events/s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(r.TargetEventsPerS),
+				thousands(float64(r.Events)), r.Seconds)
+			t.row("  commit→ack\tp50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms (%s events)\n",
+				r.P50MS, r.P95MS, r.P99MS, r.MaxMS, thousands(float64(r.Count)))
+		case bench.ScenarioSteady:
+			t.row("  writer tps\t%s without the relay, %s with it: %.2f×\n", thousands(r.WriterTPSWithoutRelay),
+				thousands(r.WriterTPSWithRelay), r.WriterTPSRatio)
+			t.row("  relay events/s\t%s\n", thousands(r.EventsPerS))
+			grew := "not growing"
+			if r.BacklogGrew {
+				grew = "GROWING: the relay did not keep up"
+			}
+			t.row("  backlog\t%s halfway, %s at the end (%s)\n", thousands(float64(r.BacklogMid)), thousands(float64(r.BacklogEnd)), grew)
+		default:
+			t.row("  events/s\t%s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(float64(r.Events)), r.Seconds)
+			if r.DrainStats != nil {
+				t.row("  relay/reference\t%.2f× (reference %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
+			}
+		}
+		if r.Duplicates > 0 {
+			t.row("  duplicates\t%d\n", r.Duplicates)
+		}
+		b, a := r.Table.Before, r.Table.After
+		t.row("  table\t%s → %s, indexes %s → %s\n", bytesize(b.TotalBytes), bytesize(a.TotalBytes), bytesize(b.IndexBytes), bytesize(a.IndexBytes))
+		if r.Retention == string(outbox.RetainArchive) {
+			t.row("  archive\t%s → %s\n", bytesize(b.ArchiveTotalBytes), bytesize(a.ArchiveTotalBytes))
+		}
+		t.row("  live/dead tuples\t%d/%d → %d/%d\n", b.LiveTuples, b.DeadTuples, a.LiveTuples, a.DeadTuples)
+		t.row("  peak RSS\t%s\n", bytesize(r.RSSPeakBytes))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintln(w)
+	for _, n := range res.Notes {
+		_, _ = fmt.Fprintf(w, "note: %s\n", n)
+	}
+	return nil
+}
+
+// thousands formats v rounded to an integer with thousands separators.
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// bytesize formats n bytes in binary units.
+func bytesize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}
