@@ -1,9 +1,12 @@
 package main_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 )
 
 func TestVersion(t *testing.T) {
@@ -12,5 +15,7 @@ func TestVersion(t *testing.T) {
 	requireOK(t, res)
 	require.Regexp(t, `^outbox \S+\n`, res.stdout)
 	require.Contains(t, res.stdout, "built with go1.")
-	require.Contains(t, res.stdout, "schema version 1 (001_create_outbox_events)\n")
+	ms := pgdriver.Migrations()
+	latest := ms[len(ms)-1]
+	require.Contains(t, res.stdout, fmt.Sprintf("schema version %d (%03d_%s)\n", latest.Version, latest.Version, latest.Name))
 }
