@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox/internal/driver"
 )
@@ -110,13 +110,13 @@ func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) 
 func collectEvents(rows pgx.Rows, capacity int) ([]driver.Event, error) {
 	defer rows.Close()
 	events := make([]driver.Event, 0, capacity)
+	var (
+		headers     []byte
+		lockedUntil pgtype.Timestamptz // value types: no allocation per row
+		processedAt pgtype.Timestamptz
+	)
 	for rows.Next() {
-		var (
-			e           driver.Event
-			headers     []byte
-			lockedUntil *time.Time
-			processedAt *time.Time
-		)
+		var e driver.Event
 		err := rows.Scan(&e.ID, &e.EventType, &e.AggregateType, &e.AggregateID, &e.Payload, &headers,
 			&e.IdempotencyKey, &e.Status, &e.Attempts, &e.MaxAttempts, &e.LastError, &e.AvailableAt,
 			&lockedUntil, &e.LockedBy, &e.CreatedAt, &e.UpdatedAt, &processedAt)
@@ -126,12 +126,7 @@ func collectEvents(rows pgx.Rows, capacity int) ([]driver.Event, error) {
 		if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
 			return nil, fmt.Errorf("event %d: %w", e.ID, err)
 		}
-		if lockedUntil != nil {
-			e.LockedUntil = *lockedUntil
-		}
-		if processedAt != nil {
-			e.ProcessedAt = *processedAt
-		}
+		e.LockedUntil, e.ProcessedAt = lockedUntil.Time, processedAt.Time
 		events = append(events, e)
 	}
 	return events, rows.Err()
