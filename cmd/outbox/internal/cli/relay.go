@@ -29,6 +29,7 @@ func (a *app) relayCommand() *cobra.Command {
 		sinkURL string
 		cfg     outbox.RelayConfig
 		so      sinkOptions
+		obs     observability
 	)
 	cmd := &cobra.Command{
 		Use:   "relay --sink URL",
@@ -58,6 +59,9 @@ application_name outbox-relay:<relay-id>.`,
 				"backoff-base": cfg.BackoffBase > 0, "backoff-max": cfg.BackoffMax > 0, "sink-concurrency": so.Concurrency > 0,
 				"shutdown-timeout": cfg.ShutdownTimeout > 0,
 			}); err != nil {
+				return err
+			}
+			if err := obs.check(a.redact); err != nil {
 				return err
 			}
 			if !cmd.Flags().Changed("sink-timeout") {
@@ -93,7 +97,7 @@ application_name outbox-relay:<relay-id>.`,
 			if err := cfg.Validate(); err != nil {
 				return relayConfigError(err)
 			}
-			return a.runRelay(cmd.Context(), pc, cfg, describeSink(sinkURL, a.redact))
+			return a.runRelay(cmd.Context(), pc, cfg, describeSink(sinkURL, a.redact), &obs)
 		}),
 	}
 	f := cmd.Flags()
@@ -111,12 +115,13 @@ application_name outbox-relay:<relay-id>.`,
 	f.StringVar(&so.WebhookSecret, "webhook-secret", "", "webhook: secret that signs each request (default $"+EnvWebhookSecret+")")
 	f.IntVar(&so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
 	f.StringVar(&so.Source, "source", webhooksink.SourceDefault, "webhook: CloudEvents source attribute (ce-source) of each request")
+	obs.addFlags(f)
 	return cmd
 }
 
 // runRelay connects a pool of the relay's own and runs the relay until ctx
 // ends, then stops it gracefully.
-func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string) error {
+func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, obs *observability) error {
 	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay:" + cfg.RelayID
 	// One connection per worker, one for the lease rescue, one spare.
 	pc.MaxConns = max(pc.MaxConns, int32(min(cfg.Workers+2, 1<<20)))
@@ -129,6 +134,11 @@ func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.Relay
 	if err := outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema}).Ping(ctx); err != nil {
 		return a.tableError(err)
 	}
+	observers, err := a.startObservers(ctx, obs, db, &cfg, sinkName)
+	if err != nil {
+		return err
+	}
+	defer observers.stop()
 	relay, err := outbox.NewRelay(db, cfg)
 	if err != nil {
 		return relayConfigError(err)

@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxalert"
+	"github.com/outboxkit/outbox/outboxotel"
+	"github.com/outboxkit/outbox/outboxprom"
+)
+
+// Environment variables the relay's observability flags read.
+const (
+	EnvAlertWebhook = "OUTBOX_ALERT_WEBHOOK"
+	// The OpenTelemetry exporter's own variables: either one enables
+	// tracing as --otel does.
+	EnvOTLPEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+)
+
+// observability is the relay's --metrics-addr, --alert-webhook and --otel:
+// what they ask for, checked before the relay connects.
+type observability struct {
+	metricsAddr  string
+	alertWebhook string
+	otel         bool
+}
+
+func (o *observability) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics (and /healthz) at this host:port, such as :9464")
+	f.StringVar(&o.alertWebhook, "alert-webhook", "", "POST dead-lettered events to this URL, at most once per minute with a summary (default $"+EnvAlertWebhook+")")
+	f.BoolVar(&o.otel, "otel", false, "trace each publish with OpenTelemetry, exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say (on by default when $"+EnvOTLPEndpoint+" is set)")
+}
+
+// check validates the flags and registers the secrets they hold; its
+// errors are usage errors that never quote a URL.
+func (o *observability) check(r *redactor) error {
+	if o.metricsAddr != "" {
+		host, port, err := net.SplitHostPort(o.metricsAddr)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n < 0 || n > 65535 || strings.ContainsAny(host, "/ ") {
+			return usagef("invalid --metrics-addr %q: use host:port or :port, such as :9464 or 127.0.0.1:9464", o.metricsAddr)
+		}
+	}
+	if o.alertWebhook == "" {
+		o.alertWebhook = os.Getenv(EnvAlertWebhook)
+	}
+	if o.alertWebhook != "" {
+		registerURLSecrets(r, o.alertWebhook)
+		if err := (outboxalert.Config{URL: o.alertWebhook}).Validate(); err != nil {
+			var ce *outbox.ConfigError
+			if errors.As(err, &ce) {
+				err = ce.Err
+			}
+			return usagef("invalid --alert-webhook: %v", err)
+		}
+	}
+	for _, env := range []string{EnvOTLPEndpoint, EnvOTLPTracesEndpoint} {
+		raw := os.Getenv(env)
+		if raw == "" {
+			continue
+		}
+		o.otel = true
+		registerURLSecrets(r, raw)
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("invalid $%s: use an http:// or https:// URL of an OTLP/HTTP collector, such as http://localhost:4318", env)
+		}
+	}
+	return nil
+}
+
+// registerURLSecrets masks the credentials a URL may hold: its password,
+// query values and, for webhooks whose path is the secret, the URL itself.
+func registerURLSecrets(r *redactor, raw string) {
+	r.add(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return
+	}
+	if pw, ok := u.User.Password(); ok {
+		r.add(pw)
+	}
+	for _, vs := range u.Query() {
+		r.add(vs...)
+	}
+}
+
+// observers are the running metrics server, alerter and tracer provider of
+// one relay.
+type observers struct {
+	log     *slog.Logger
+	metrics *outboxprom.Metrics
+	server  *http.Server
+	served  chan struct{}
+	alerter *outboxalert.Alerter
+	tracer  *sdktrace.TracerProvider
+}
+
+// startObservers starts what o asks for and adds its hooks to cfg. stop
+// undoes it, also after an error.
+func (a *app) startObservers(ctx context.Context, o *observability, db outbox.Database, cfg *outbox.RelayConfig, sinkURL string) (*observers, error) {
+	obs := &observers{log: a.logger}
+	sink := sinkLabel(sinkURL)
+	if o.metricsAddr != "" {
+		if err := obs.serveMetrics(ctx, o.metricsAddr, db, cfg, sink); err != nil {
+			obs.stop()
+			return nil, err
+		}
+		cfg.Hooks = append(cfg.Hooks, obs.metrics)
+	}
+	if o.alertWebhook != "" {
+		alerter, err := outboxalert.New(outboxalert.Config{URL: o.alertWebhook, Schema: cfg.Schema, RelayID: cfg.RelayID, Logger: a.logger})
+		if err != nil {
+			obs.stop()
+			return nil, usagef("invalid --alert-webhook: %v", err)
+		}
+		obs.alerter = alerter
+		cfg.Hooks = append(cfg.Hooks, alerter)
+	}
+	if o.otel {
+		tp, err := a.tracerProvider(ctx)
+		if err != nil {
+			obs.stop()
+			return nil, err
+		}
+		obs.tracer = tp
+		cfg.Hooks = append(cfg.Hooks, outboxotel.New(outboxotel.Config{TracerProvider: tp, System: sink}))
+	}
+	return obs, nil
+}
+
+// serveMetrics listens on addr and serves /metrics from a registry of the
+// relay's own: outboxprom's series plus the Go runtime and process ones.
+func (obs *observers) serveMetrics(ctx context.Context, addr string, db outbox.Database, cfg *outbox.RelayConfig, sink string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := outboxprom.New(outboxprom.Config{Registerer: reg, Schema: cfg.Schema, Sink: sink, Logger: obs.log,
+		Manager: outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema})})
+	if err != nil {
+		return err
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %s: %w (is another process serving it?)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(obs.log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	obs.metrics = m
+	obs.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(obs.log.Handler(), slog.LevelWarn)}
+	obs.served = make(chan struct{})
+	go func() {
+		defer close(obs.served)
+		if err := obs.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			obs.log.Error("the metrics server stopped", "error", err.Error())
+		}
+	}()
+	m.SetRelayUp(true)
+	obs.log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
+	return nil
+}
+
+// tracerProvider exports spans over OTLP/HTTP, configured by the standard
+// OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables; the service is
+// outbox-relay unless they name another. OpenTelemetry's own errors go to
+// the relay's log, where secrets are masked.
+func (a *app) tracerProvider(ctx context.Context) (*sdktrace.TracerProvider, error) {
+	otel.SetLogger(logr.FromSlogHandler(a.logger.Handler()))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		a.logger.Warn("opentelemetry", "error", err.Error())
+	}))
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("--otel: create the OTLP exporter: %w", err)
+	}
+	res, err := resource.New(ctx, resource.WithAttributes(semconv.ServiceName("outbox-relay")),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		a.logger.Warn("opentelemetry resource incomplete", "error", err.Error())
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// stop shuts everything down: the metrics server at once, then the alerter
+// (sending what is pending) and the tracer (flushing spans), each within a
+// few seconds.
+func (obs *observers) stop() {
+	if obs == nil {
+		return
+	}
+	if obs.metrics != nil {
+		obs.metrics.SetRelayUp(false)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if obs.server != nil {
+		if err := obs.server.Shutdown(ctx); err != nil {
+			_ = obs.server.Close()
+		}
+		<-obs.served
+	}
+	if obs.alerter != nil {
+		if err := obs.alerter.Close(ctx); err != nil {
+			obs.log.Warn("pending alerts were not sent before shutdown", "error", err.Error())
+		}
+	}
+	if obs.tracer != nil {
+		if err := obs.tracer.Shutdown(ctx); err != nil {
+			obs.log.Warn("flushing spans failed", "error", err.Error())
+		}
+	}
+}
+
+// sinkLabel names the sink in metrics and spans by its URL's scheme; an
+// HTTP sink is a webhook.
+func sinkLabel(sinkURL string) string {
+	scheme, _, found := strings.Cut(sinkURL, ":")
+	if !found {
+		scheme = sinkURL
+	}
+	switch scheme = strings.ToLower(scheme); scheme {
+	case "http", "https":
+		return "webhook"
+	default:
+		return scheme
+	}
+}
