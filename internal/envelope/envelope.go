@@ -2,7 +2,7 @@
 // the CloudEvents 1.0 context attributes, extension attributes from the
 // event's headers, and the W3C trace context. Each sink writes these in its
 // protocol's CloudEvents binding (HTTP ce- headers, Kafka ce_ headers, AMQP
-// cloudEvents: properties, MQTT user properties…), so a consumer dedupes on
+// cloudEvents_ application properties, MQTT structured JSON…), so a consumer dedupes on
 // the same id whatever the broker.
 package envelope
 

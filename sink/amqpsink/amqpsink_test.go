@@ -25,12 +25,11 @@ func TestConformance(t *testing.T) {
 		exchange := a.exchange(t)
 		c := a.consume(t, exchange, "#")
 		fail := tcpproxy.Start(t, brokerAddr(t))
-		stall := startStallProxy(t, fail.Addr())
-		s := newSink(t, amqpsink.Config{URL: urlVia(t, stall.Addr()), Exchange: exchange, ReconnectWait: 200 * time.Millisecond})
+		s := newSink(t, amqpsink.Config{URL: urlVia(t, fail.Addr()), Exchange: exchange, ReconnectWait: 200 * time.Millisecond})
 		return sinktest.Harness{
 			Sink:      s,
 			Delivered: c.deliveries,
-			Stall:     func(*testing.T) (<-chan struct{}, func()) { return stall.Stall() },
+			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
 		}
 	})

@@ -31,12 +31,11 @@ func TestConformance(t *testing.T) {
 		prefix := uniqueTopic(t)
 		sub := subscribe(t, prefix+"/#")
 		fail := tcpproxy.Start(t, brokerAddr(t))
-		stall := startStallProxy(t, fail.Addr())
-		s := newSink(t, mqttsink.Config{URL: urlVia(t, stall.Addr()), Router: under(t, prefix), ReconnectWait: 200 * time.Millisecond})
+		s := newSink(t, mqttsink.Config{URL: urlVia(t, fail.Addr()), Router: under(t, prefix), ReconnectWait: 200 * time.Millisecond})
 		return sinktest.Harness{
 			Sink:      s,
 			Delivered: sub.deliveries,
-			Stall:     func(*testing.T) (<-chan struct{}, func()) { return stall.Stall() },
+			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
 		}
 	})

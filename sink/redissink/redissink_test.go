@@ -29,13 +29,12 @@ func TestConformance(t *testing.T) {
 		rdb := admin(t)
 		stream := uniqueKey(t, rdb)
 		fail := tcpproxy.Start(t, serverAddr(t))
-		stall := startStallProxy(t, fail.Addr())
 		// No client-side retries, so a failing server fails fast.
-		s := newSink(t, redissink.Config{URL: urlVia(t, stall.Addr()) + "?max_retries=-1", Router: fixed(t, stream)})
+		s := newSink(t, redissink.Config{URL: urlVia(t, fail.Addr()) + "?max_retries=-1", Router: fixed(t, stream)})
 		return sinktest.Harness{
 			Sink:      s,
 			Delivered: deliveries(rdb, stream),
-			Stall:     func(*testing.T) (<-chan struct{}, func()) { return stall.Stall() },
+			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
 		}
 	})

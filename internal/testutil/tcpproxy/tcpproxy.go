@@ -1,12 +1,11 @@
 // Package tcpproxy is a TCP proxy for fault tests: put it between a client
-// and a real server, then cut every connection or refuse new ones to see
-// the client lose its broker or database mid-run.
+// and a real server, then cut every connection, refuse new ones, or stall
+// what clients send, to see the client lose its broker or database mid-run
+// or find it hanging.
 package tcpproxy
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -18,9 +17,12 @@ type Proxy struct {
 	target string
 
 	mu      sync.Mutex
+	cond    *sync.Cond // signalled when stalled turns false
 	conns   map[net.Conn]struct{}
 	refuse  bool
 	closed  bool
+	stalled bool
+	arrived chan struct{} // told once held client data arrives
 	wg      sync.WaitGroup
 	accepts int
 }
@@ -34,6 +36,7 @@ func Start(t testing.TB, target string) *Proxy {
 		t.Fatalf("tcpproxy: %v", err)
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -72,8 +75,8 @@ func (p *Proxy) accept() {
 		}
 		p.track(client, server)
 		p.wg.Add(2)
-		go p.pipe(client, server)
-		go p.pipe(server, client)
+		go p.pipe(client, server, false)
+		go p.pipe(server, client, true)
 	}
 }
 
@@ -85,18 +88,69 @@ func (p *Proxy) track(conns ...net.Conn) {
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst; data from the client (upstream) waits while the
+// proxy is stalled.
+func (p *Proxy) pipe(dst, src net.Conn, upstream bool) {
 	defer p.wg.Done()
-	_, err := io.Copy(dst, src)
-	if err != nil && !errors.Is(err, net.ErrClosed) {
-		_ = err // a cut connection ends the copy; nothing to report
+	defer func() {
+		_ = dst.Close()
+		_ = src.Close()
+		p.mu.Lock()
+		delete(p.conns, dst)
+		delete(p.conns, src)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && upstream && !p.hold() {
+			return
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // a cut connection ends the copy
+		}
 	}
-	_ = dst.Close()
-	_ = src.Close()
+}
+
+// hold waits while the proxy is stalled; it reports false when the proxy
+// closed meanwhile.
+func (p *Proxy) hold() bool {
 	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
+	defer p.mu.Unlock()
+	if p.stalled {
+		select {
+		case p.arrived <- struct{}{}:
+		default:
+		}
+	}
+	for p.stalled {
+		p.cond.Wait()
+	}
+	return !p.closed
+}
+
+// Stall holds back what clients send from now on, as a server that stopped
+// answering would, until release is called. arrived receives once held data
+// has arrived, so a test knows the client is now waiting.
+func (p *Proxy) Stall() (arrived <-chan struct{}, release func()) {
+	ch := make(chan struct{}, 1)
+	p.mu.Lock()
+	p.stalled, p.arrived = true, ch
 	p.mu.Unlock()
+	var once sync.Once
+	return ch, func() { once.Do(p.resume) }
+}
+
+func (p *Proxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = false
+	p.cond.Broadcast()
 }
 
 // Cut closes every open connection; new connections are still accepted.
@@ -132,6 +186,8 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	p.stalled = false
+	p.cond.Broadcast()
 	p.mu.Unlock()
 	_ = p.ln.Close()
 	p.Cut()

@@ -76,3 +76,24 @@ func TestProxyCutRefuseAllow(t *testing.T) {
 	require.NoError(t, roundTrip(t, c3))
 	p.Close()
 }
+
+func TestProxyStall(t *testing.T) {
+	p := tcpproxy.Start(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, roundTrip(t, c))
+
+	arrived, release := p.Stall()
+	done := make(chan error, 1)
+	go func() { done <- roundTrip(t, c) }()
+	<-arrived
+	select {
+	case err := <-done:
+		t.Fatalf("a stalled round trip returned: %v", err)
+	default:
+	}
+	release()
+	require.NoError(t, <-done)
+	release() // idempotent
+}
