@@ -78,10 +78,15 @@
     const d = new Date(iso);
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   }
-  const fmtClock = (ms) => { const d = new Date(ms); return `${pad(d.getHours())}:${pad(d.getMinutes())}`; };
+  const fmtClock = (ms, seconds) => {
+    const d = new Date(ms);
+    return `${pad(d.getHours())}:${pad(d.getMinutes())}` + (seconds ? `:${pad(d.getSeconds())}` : '');
+  };
   const fmtInt = (n) => Number(n).toLocaleString('en-US');
   function fmtDuration(sec) {
     sec = Math.abs(sec);
+    if (sec === 0) return '0s';
+    if (sec < 1) return Math.round(sec * 1000) + 'ms';
     if (sec < 10) return (Math.round(sec * 10) / 10) + 's';
     if (sec < 60) return Math.round(sec) + 's';
     if (sec < 3600) return Math.floor(sec / 60) + 'm ' + Math.round(sec % 60) + 's';
@@ -255,10 +260,15 @@
     let last = null;
     const draw = () => {
       if (!last) return;
-      const to = new Date(last.at).getTime(), from = to - HOUR;
+      // The last hour, or less while the samples cover less (at least
+      // 20 samples' worth), so a new server's first minutes are readable.
+      const to = new Date(last.at).getTime();
+      const first = points.length ? points[0].t : to;
+      const minSpan = 20 * 1000 * ((state.info && state.info.sample_interval_seconds) || 5);
+      const from = Math.max(to - HOUR, Math.min(first, to - minSpan));
       lineChart(charts.throughput, points, from, to, [
+        { key: 'written_per_second', cls: 'written', label: 'written', fmt: fmtRate, dashed: true },
         { key: 'published_per_second', cls: 'published', label: 'published', fmt: fmtRate },
-        { key: 'written_per_second', cls: 'written', label: 'written', fmt: fmtRate },
       ], fmtRate);
       lineChart(charts.lag, points, from, to, [
         { key: 'lag_seconds', cls: 'lag', label: 'oldest due pending event', fmt: fmtDuration },
@@ -323,13 +333,13 @@
     }
     for (const [t, anchor] of [[from, 'start'], [from + (to - from) / 2, 'middle'], [to, 'end']]) {
       const label = s('text', { class: 'axis', x: x(t), y: height - 4, 'text-anchor': anchor });
-      label.textContent = fmtClock(t);
+      label.textContent = fmtClock(t, to - from < 10 * 60 * 1000);
       svg.append(label);
     }
     for (const sr of series) {
       let seg = [];
       const flush = () => {
-        if (seg.length > 1) svg.append(s('polyline', { class: 'line c-' + sr.cls, points: seg.join(' ') }));
+        if (seg.length > 1) svg.append(s('polyline', { class: 'line c-' + sr.cls + (sr.dashed ? ' dashed' : ''), points: seg.join(' ') }));
         else if (seg.length === 1) {
           const [cx, cy] = seg[0].split(',');
           svg.append(s('circle', { class: 'c-' + sr.cls, cx, cy, r: 2.5, fill: 'currentColor' }));

@@ -73,6 +73,12 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 			if err := checkAdminAddr(addr, cfg.AuthToken != "" || cfg.BasicAuth != nil); err != nil {
 				return err
 			}
+			// Check the flags before connecting; the Manager comes later.
+			check := cfg
+			check.Manager = &outbox.Manager{}
+			if err := check.WithDefaults().Validate(); err != nil {
+				return adminConfigError(err)
+			}
 			pc, err := a.poolConfig("")
 			if err != nil {
 				return err
