@@ -3,9 +3,9 @@ package main_test
 import (
 	"bytes"
 	"fmt"
-	"strings"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
