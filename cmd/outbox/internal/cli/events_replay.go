@@ -1,37 +1,151 @@
 package cli
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
 )
 
 func (a *app) eventsReplayCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "replay ID...",
+	var (
+		status        string
+		f             outbox.EventFilter
+		createdAfter  string
+		createdBefore string
+	)
+	cmd := &cobra.Command{
+		Use:   "replay ID... | --status processed [filters]",
 		Short: "Send processed events back to pending to publish them again",
 		Long: `replay sends processed events back to pending with their attempts reset, so
 the relay publishes them again (consumers see the same event ID twice and
 drop the duplicate unless they want it).
 
-It reports each ID it replayed and, for each one it did not, why (not found,
-or its status); it exits 1 when any named event was not replayed.`,
-		Args: cobra.MinimumNArgs(1),
+Name the events by ID, or replay every processed event that the filters
+select with --status processed (--type, --aggregate-type, --aggregate-id,
+--created-after, --created-before; none replays the whole history). Many
+events are replayed in batches, with progress (count, rate, ETA) on a
+terminal.
+
+For IDs it reports each one it replayed and, for each one it did not, why
+(not found, or its status); it exits 1 when any named event was not replayed.
+Events a relay deleted or archived (--retention) cannot be replayed.`,
+		Example: "  outbox events replay 42 43\n" +
+			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z",
 		RunE: run(func(cmd *cobra.Command, args []string) error {
-			ids, err := parseIDs(args)
+			filtered := status != "" || cmd.Flags().Changed("type") || cmd.Flags().Changed("aggregate-type") ||
+				cmd.Flags().Changed("aggregate-id") || createdAfter != "" || createdBefore != ""
+			switch {
+			case !filtered && len(args) == 0:
+				return usagef("pass event IDs or --status processed (with filters such as --type)")
+			case filtered && len(args) > 0:
+				return usagef("pass event IDs or --status processed with filters, not both")
+			case filtered && status == "":
+				return usagef("missing --status processed: the filters select processed events to replay")
+			}
+			if !filtered {
+				ids, err := parseIDs(args)
+				if err != nil {
+					return err
+				}
+				m, closePool, err := a.manager(cmd.Context())
+				if err != nil {
+					return err
+				}
+				defer closePool()
+				changed, err := a.replayIDs(cmd.Context(), m, ids)
+				if err != nil {
+					return err
+				}
+				return a.reportRequeue(cmd.Context(), m, "replayed", outbox.StatusProcessed, ids, changed)
+			}
+			st, err := parseStatus(status)
 			if err != nil {
 				return err
+			}
+			if st != outbox.StatusProcessed {
+				return usagef("invalid --status %q: replay takes processed events only", status)
+			}
+			if f.CreatedAfter, err = parseTimeFlag("created-after", createdAfter); err != nil {
+				return err
+			}
+			if f.CreatedBefore, err = parseTimeFlag("created-before", createdBefore); err != nil {
+				return err
+			}
+			if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore) {
+				return usagef("invalid --created-before: must be later than --created-after")
 			}
 			m, closePool, err := a.manager(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closePool()
-			changed, err := m.Replay(cmd.Context(), ids...)
-			if err != nil {
-				return err
-			}
-			return a.reportRequeue(cmd.Context(), m, "replayed", outbox.StatusProcessed, ids, changed)
+			return a.replayMatching(cmd.Context(), m, f)
 		}),
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&status, "status", "", "replay every event in this status that the filters select (only processed)")
+	fl.StringVar(&f.EventType, "type", "", "with --status: only this event type")
+	fl.StringVar(&f.AggregateType, "aggregate-type", "", "with --status: only this aggregate type")
+	fl.StringVar(&f.AggregateID, "aggregate-id", "", "with --status: only this aggregate ID")
+	fl.StringVar(&createdAfter, "created-after", "", "with --status: only events created at or after this RFC 3339 time")
+	fl.StringVar(&createdBefore, "created-before", "", "with --status: only events created before this RFC 3339 time")
+	return cmd
+}
+
+// parseTimeFlag parses an optional RFC 3339 flag value.
+func parseTimeFlag(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, usagef("invalid --%s %q: use an RFC 3339 time such as 2025-01-31T09:00:00Z", name, v)
+	}
+	return t, nil
+}
+
+// replayIDs replays ids in batches, with progress on a terminal when there
+// are many.
+func (a *app) replayIDs(ctx context.Context, m *outbox.Manager, ids []int64) ([]int64, error) {
+	p := newProgress(a.stderr, "replayed")
+	defer p.done()
+	p.setTotal(int64(len(ids)))
+	var changed []int64
+	for start := 0; start < len(ids); start += outbox.RequeueBatchSizeDefault {
+		batch := ids[start:min(start+outbox.RequeueBatchSizeDefault, len(ids))]
+		c, err := m.Replay(ctx, batch...)
+		if err != nil {
+			return nil, fmt.Errorf("replay (%d events replayed before the error): %w", len(changed), err)
+		}
+		changed = append(changed, c...)
+		if len(ids) > outbox.RequeueBatchSizeDefault {
+			p.update(int64(start + len(batch)))
+		}
+	}
+	return changed, nil
+}
+
+// replayMatching replays the processed events f selects. On a terminal it
+// counts them first, so the progress line has an ETA.
+func (a *app) replayMatching(ctx context.Context, m *outbox.Manager, f outbox.EventFilter) error {
+	f.Status = outbox.StatusProcessed
+	p := newProgress(a.stderr, "replayed")
+	if isTerminal(a.stderr) {
+		total, err := m.CountEvents(ctx, f)
+		if err != nil {
+			return err
+		}
+		p.setTotal(total)
+	}
+	n, err := m.ReplayMatching(ctx, f, p.update)
+	p.done()
+	if err != nil {
+		return fmt.Errorf("replay (%d events replayed before the error): %w", n, err)
+	}
+	a.stdout.printf("replayed %d processed events\n", n)
+	return nil
 }

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,22 +24,46 @@ type statsJSON struct {
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 }
 
+// statsIntervalDefault is how often stats --watch refreshes.
+const statsIntervalDefault = 2 * time.Second
+
 func (a *app) statsCommand() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON   bool
+		watch    bool
+		interval time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Count events per status and show the relay's lag",
 		Long: `stats counts the events in each status and shows how long the oldest due
 pending event has waited: the relay's lag. With --json it prints one object
 with the keys pending, processing, processed, failed and
-oldest_pending_age_seconds.`,
-		Args: cobra.NoArgs,
+oldest_pending_age_seconds.
+
+With --watch it refreshes every --interval until interrupted, and adds the
+events written and published per second since the last refresh: on a
+terminal it redraws in place, otherwise it prints one block per interval
+(with --json, one object per line, with the keys at, written_per_second and
+published_per_second too). Each refresh counts the processed events as stats
+does; on a table with a long history, use a longer --interval.`,
+		Example: "  outbox stats\n  outbox stats --watch --interval 5s",
+		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("interval") && !watch {
+				return usagef("--interval needs --watch")
+			}
+			if interval < 100*time.Millisecond {
+				return usagef("invalid --interval %s: use at least 100ms, such as 2s", interval)
+			}
 			m, closePool, err := a.manager(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closePool()
+			if watch {
+				return a.watchStats(cmd.Context(), m, interval, asJSON)
+			}
 			s, err := m.Stats(cmd.Context())
 			if err != nil {
 				return err
@@ -47,6 +75,8 @@ oldest_pending_age_seconds.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&watch, "watch", false, "refresh until interrupted, with written and published rates")
+	cmd.Flags().DurationVar(&interval, "interval", statsIntervalDefault, "how often --watch refreshes")
 	return cmd
 }
 
@@ -59,13 +89,115 @@ func statsDocument(s outbox.Stats) statsJSON {
 }
 
 func writeStats(a *app, s outbox.Stats) error {
-	tw := newTable(a.stdout, 2)
+	return writeStatsTable(a.stdout, s, nil)
+}
+
+// writeStatsTable writes the stats, and the rates of flow when not nil.
+func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow) error {
+	tw := newTable(w, 2)
 	tw.row("pending\t%d\n", s.Pending)
 	tw.row("processing\t%d\n", s.Processing)
 	tw.row("processed\t%d\n", s.Processed)
 	tw.row("failed\t%d\n", s.Failed)
 	tw.row("oldest pending age\t%s\n", s.OldestPendingAge.Round(time.Millisecond))
+	if flow != nil {
+		written, published := "-", "-"
+		if secs := flow.Interval.Seconds(); secs > 0 {
+			written = fmt.Sprintf("%.1f/s", float64(flow.Written)/secs)
+			published = fmt.Sprintf("%.1f/s", float64(flow.Published)/secs)
+		}
+		tw.row("written\t%s\n", written)
+		tw.row("published\t%s\n", published)
+	}
 	return tw.flush()
+}
+
+// statsWatchJSON is one line of stats --watch --json.
+type statsWatchJSON struct {
+	At time.Time `json:"at"`
+	statsJSON
+	WrittenPerSecond   *float64 `json:"written_per_second"`
+	PublishedPerSecond *float64 `json:"published_per_second"`
+}
+
+// watchStats shows the stats every interval until ctx ends. The rates come
+// from outbox.FlowMeter, which reads only cheap counters.
+func (a *app) watchStats(ctx context.Context, m *outbox.Manager, interval time.Duration, asJSON bool) error {
+	v := &statsView{w: a.stdout, interval: interval, json: asJSON, tty: !asJSON && isTerminal(a.stdout.w)}
+	var meter outbox.FlowMeter
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		s, err := m.Stats(ctx)
+		if err == nil {
+			var smp outbox.Sample
+			if smp, err = m.Sample(ctx); err == nil {
+				flow, ok := meter.Add(smp)
+				if !ok {
+					flow = outbox.Flow{}
+				}
+				err = v.show(smp.At, s, flow)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil // interrupted: the normal end of a watch
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// statsView draws stats --watch: redrawn in place on a terminal, one block
+// (or JSON line) per refresh elsewhere.
+type statsView struct {
+	w        io.Writer
+	interval time.Duration
+	json     bool
+	tty      bool
+	lines    int // lines drawn last time, to redraw over them
+}
+
+func (v *statsView) show(at time.Time, s outbox.Stats, flow outbox.Flow) error {
+	if v.json {
+		doc := statsWatchJSON{At: at.UTC().Truncate(time.Millisecond), statsJSON: statsDocument(s)}
+		if secs := flow.Interval.Seconds(); secs > 0 {
+			written := math.Round(float64(flow.Written)/secs*1000) / 1000
+			published := math.Round(float64(flow.Published)/secs*1000) / 1000
+			doc.WrittenPerSecond, doc.PublishedPerSecond = &written, &published
+		}
+		data, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		_, err = v.w.Write(append(data, '\n'))
+		return err
+	}
+	var b bytes.Buffer
+	if v.tty {
+		fmt.Fprintf(&b, "outbox stats, every %s, at %s (Ctrl-C to stop)\n\n", v.interval, at.Format(time.TimeOnly))
+	} else {
+		fmt.Fprintf(&b, "# %s\n", at.UTC().Format(time.RFC3339))
+	}
+	if err := writeStatsTable(&b, s, &flow); err != nil {
+		return err
+	}
+	if !v.tty {
+		b.WriteString("\n")
+	}
+	block := b.String()
+	if v.tty && v.lines > 0 {
+		// Up to the first line of the last block, and clear below.
+		block = fmt.Sprintf("\033[%dA\r\033[J", v.lines) + block
+	}
+	v.lines = strings.Count(b.String(), "\n")
+	_, err := io.WriteString(v.w, block)
+	return err
 }
 
 // writeJSON writes v as indented JSON and a newline.
