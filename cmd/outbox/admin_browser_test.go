@@ -299,6 +299,7 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	b.exec(t, `ANALYZE {table}`) // the processed card is the planner's estimate
 	br.waitJS("the processed estimate", `document.querySelector('[data-card="processed"] .value').textContent !== '≈0'`)
 	br.waitJS("everything published", `document.querySelector('[data-card="pending"] .value').textContent === '0'`)
+	br.waitJS("the toast to go", `document.querySelector('#toast').hidden = true`)
 	br.screenshot("overview-live")
 	require.NotContains(t, br.html(), dbPassword)
 
