@@ -25,13 +25,13 @@ func newMsg(subject, source string, e *outbox.Event) *nats.Msg {
 	for _, a := range env.Attributes {
 		// datacontenttype is an attribute like any other here: in the NATS
 		// binding a Content-Type header would mean structured mode.
-		h.Set(HeaderPrefix+a.Name, percentEncode(a.Value))
+		h.Set(HeaderPrefix+a.Name, envelope.PercentEncode(a.Value))
 	}
 	h.Set(jetstream.MsgIDHeader, strconv.FormatInt(e.ID, 10))
-	if v := env.Trace.TraceParent; v != "" && validHeaderValue(v) {
+	if v := env.Trace.TraceParent; v != "" && envelope.ValidHeaderValue(v) {
 		h.Set(outbox.HeaderTraceParent, v)
 	}
-	if v := env.Trace.TraceState; v != "" && validHeaderValue(v) {
+	if v := env.Trace.TraceState; v != "" && envelope.ValidHeaderValue(v) {
 		h.Set(outbox.HeaderTraceState, v)
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}
@@ -83,43 +83,4 @@ func checkTokens(subject string) error {
 		return fmt.Errorf("%q has an empty token (a leading, trailing or doubled dot): fill in the event field the route template uses or give the template a fallback such as {aggregate_type|events}", subject)
 	}
 	return nil
-}
-
-// percentEncode encodes a CloudEvents attribute value for a NATS header as
-// the NATS binding (3.1.3.2) requires: space, double quote, percent and
-// every byte outside printable ASCII become %XX.
-func percentEncode(s string) string {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if mustEncode(s[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if mustEncode(c) {
-			b = append(b, '%', hex[c>>4], hex[c&0xf])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func mustEncode(c byte) bool { return c <= ' ' || c == '"' || c == '%' || c >= 0x7f }
-
-// validHeaderValue reports whether s can travel as a NATS header value: no
-// control characters other than tab.
-func validHeaderValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -18,14 +18,14 @@ func setCloudEventHeaders(h http.Header, source string, e *outbox.Event) {
 			h.Set("Content-Type", a.Value)
 			continue
 		}
-		h.Set("ce-"+a.Name, percentEncode(a.Value))
+		h.Set("ce-"+a.Name, envelope.PercentEncode(a.Value))
 	}
 	// A value net/http would refuse to send is dropped rather than failing
 	// the event.
-	if v := env.Trace.TraceParent; v != "" && validHeaderValue(v) {
+	if v := env.Trace.TraceParent; v != "" && envelope.ValidHeaderValue(v) {
 		h.Set("traceparent", v)
 	}
-	if v := env.Trace.TraceState; v != "" && validHeaderValue(v) {
+	if v := env.Trace.TraceState; v != "" && envelope.ValidHeaderValue(v) {
 		h.Set("tracestate", v)
 	}
 }
@@ -35,32 +35,3 @@ func setCloudEventHeaders(h http.Header, source string, e *outbox.Event) {
 // other than a-z and 0-9 dropped (correlation_id becomes correlationid). It
 // returns "" when nothing is left.
 func AttributeName(header string) string { return envelope.AttributeName(header) }
-
-// percentEncode encodes a CloudEvents attribute value for an HTTP header as
-// the HTTP protocol binding (1.0.2, 3.1.3.2) requires: space, double
-// quote, percent and every byte outside printable ASCII (which covers the
-// UTF-8 bytes of every non-ASCII character) become %XX.
-func percentEncode(s string) string {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if mustEncode(s[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if mustEncode(c) {
-			b = append(b, '%', hex[c>>4], hex[c&0xf])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func mustEncode(c byte) bool { return c <= ' ' || c == '"' || c == '%' || c >= 0x7f }

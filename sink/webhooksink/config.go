@@ -14,6 +14,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/envelope"
 )
 
 // Defaults; Config.WithDefaults fills zero fields with them.
@@ -111,7 +112,7 @@ func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
 	if c.Concurrency < 0 {
 		return nil, nil, bad("Concurrency", "is %d: use at least 1, or 0 for the default %d", c.Concurrency, ConcurrencyDefault)
 	}
-	if !validHeaderValue(c.UserAgent) {
+	if !envelope.ValidHeaderValue(c.UserAgent) {
 		return nil, nil, bad("UserAgent", "%q holds control characters: use printable text", c.UserAgent)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
@@ -161,7 +162,7 @@ func checkStaticHeader(name, value string) error {
 		return fmt.Errorf("name %q is not a valid HTTP header name: use letters, digits and - only", name)
 	case slices.Contains(ownedHeaders, canon) || strings.HasPrefix(lower, "ce-") || strings.HasPrefix(lower, "webhook-"):
 		return fmt.Errorf("%s is set by the sink and cannot be overridden: remove it (use Config.UserAgent for User-Agent, Config.Secret for signatures)", canon)
-	case !validHeaderValue(value):
+	case !envelope.ValidHeaderValue(value):
 		// Never quote the value: it is likely a credential.
 		return fmt.Errorf("the value of %s holds control characters such as a newline: trim it", canon)
 	}
@@ -179,17 +180,6 @@ func validHeaderName(s string) bool {
 			continue
 		}
 		return false
-	}
-	return true
-}
-
-// validHeaderValue reports whether net/http will send s as a header value:
-// no control characters other than tab.
-func validHeaderValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
 	}
 	return true
 }
