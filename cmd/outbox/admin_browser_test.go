@@ -328,4 +328,18 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	require.Equal(t, 0, admin.stop(t, os.Interrupt))
 	require.NotContains(t, admin.stderr.String(), dbPassword)
 	require.False(t, strings.Contains(admin.stderr.String(), "level=ERROR"), admin.stderr.String())
+
+	// Behind a token, the dashboard asks for it, refuses a wrong one and
+	// keeps the right one for the tab.
+	_, base = startAdmin(t, dbURL, b.schema, []string{"OUTBOX_ADMIN_TOKEN=" + adminTestToken}, "--addr", "127.0.0.1:0")
+	br.do("become a laptop again", chromedp.EmulateReset(), chromedp.Navigate(base))
+	br.waitJS("the sign-in form", `!!document.querySelector('#token')`)
+	br.do("sign in with a wrong token", chromedp.SendKeys(chromedp.CSS("#token"), "wrong-token-0123456789\n"))
+	br.waitJS("the refusal", `!!document.querySelector('#token') && document.querySelector('main').textContent.includes('That token was not accepted.')`)
+	br.do("sign in", chromedp.SendKeys(chromedp.CSS("#token"), adminTestToken+"\n"))
+	br.waitJS("the overview", `document.querySelector('[data-card^="failed"] .value')?.textContent === '3' &&
+		document.querySelector('#who').textContent.includes('token')`)
+	br.do("reload", chromedp.Reload())
+	br.waitJS("the overview without signing in again", `!!document.querySelector('[data-card="pending"]')`)
+	require.NotContains(t, br.html(), adminTestToken)
 }

@@ -32,7 +32,7 @@ terminal.
 
 For IDs it reports each one it replayed and, for each one it did not, why
 (not found, or its status); it exits 1 when any named event was not replayed.
-Events a relay deleted or archived (--retention) cannot be replayed.`,
+Events a relay deleted or archived (its Retention setting) cannot be replayed.`,
 		Example: "  outbox events replay 42 43\n" +
 			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z",
 		RunE: run(func(cmd *cobra.Command, args []string) error {
