@@ -67,7 +67,7 @@ func TestUsageErrors(t *testing.T) {
 		{"retry nothing", append(db, "events", "retry"), []string{"pass event IDs or --status failed"}},
 		{"retry both", append(db, "events", "retry", "1", "--status", "failed"), []string{"not both"}},
 		{"retry other status", append(db, "events", "retry", "--status", "processed"), []string{`invalid --status "processed": retry takes failed events only`}},
-		{"replay nothing", append(db, "events", "replay"), []string{"requires at least 1 arg(s)"}},
+		{"replay nothing", append(db, "events", "replay"), []string{"pass event IDs or --status processed"}},
 		{"list bad limit", append(db, "events", "list", "--limit", "0"), []string{"invalid --limit 0"}},
 		{"missing sink", append(db, "relay"), []string{"missing --sink"}},
 		{"unknown sink scheme", append(db, "relay", "--sink", "kafkaa://broker:9092"), []string{`unknown sink scheme "kafkaa": use one of stdout, http, https`}},
