@@ -35,9 +35,6 @@ type EventFilter struct {
 	MinAttempts int
 }
 
-// IsZero reports whether f selects every event.
-func (f EventFilter) IsZero() bool { return f == EventFilter{} }
-
 func (f EventFilter) validate() error {
 	if f.Status != "" {
 		if _, err := ParseStatus(string(f.Status)); err != nil {
