@@ -281,6 +281,25 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	require.Contains(t, headers, `"correlation_id": "corr-21"`)
 	br.screenshot("event-detail")
 
+	// Change its max attempts, then replay it: the relay publishes it again.
+	br.do("set max attempts", chromedp.SendKeys(chromedp.CSS("#max-attempts"), "7\n"))
+	br.waitJS("the max attempts toast", `document.querySelector('#toast').textContent === 'Max attempts set to 7'`)
+	require.Equal(t, 7, b.event(t, retried).MaxAttempts)
+	br.waitJS("the replay button", `!!document.querySelector('#action-replay')`)
+	br.click("#action-replay")
+	br.waitJS("the replay dialog", `document.querySelector('#dialog').open`)
+	br.click("#dialog-ok")
+	br.waitJS("the replay toast", fmt.Sprintf(`document.querySelector('#toast').textContent === 'Event %d replayed'`, retried))
+	testutil.WaitFor(t, 20*time.Second, "the replayed event to be published again", func() bool {
+		n := 0
+		for _, e := range rec.Events() {
+			if e.ID == retried {
+				n++
+			}
+		}
+		return n == 2
+	})
+
 	// Discard the stuck event from the retrying tab, with a reason.
 	br.do("open the retrying tab", chromedp.Navigate(base+"#/failed?tab=retrying"))
 	br.waitJS("the stuck event", fmt.Sprintf(`!!document.querySelector('button[data-action="discard"][data-id="%d"]')`, stuck))
