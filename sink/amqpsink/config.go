@@ -2,7 +2,6 @@ package amqpsink
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -13,7 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 )
 
@@ -160,23 +159,11 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	bad := func(format string, args ...any) error {
-		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
-	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := sinkurl.Query(redactURL(u), u.RawQuery, append(slices.Clone(sinkParams), connectionParams...), true)
 	if err != nil {
-		return Config{}, bad("%s: the query does not parse: use option=value pairs joined by &", redactURL(u))
+		return Config{}, err
 	}
 	var cfg Config
-	for name, values := range q {
-		if !slices.Contains(sinkParams, name) && !slices.Contains(connectionParams, name) {
-			return Config{}, bad("%s: unknown option %q: use one of %s", redactURL(u), name,
-				strings.Join(append(slices.Clone(sinkParams), connectionParams...), ", "))
-		}
-		if len(values) > 1 {
-			return Config{}, bad("%s: option %q is given %d times: give it once", redactURL(u), name, len(values))
-		}
-	}
 	cfg.Exchange = q.Get("exchange")
 	cfg.ExchangeType = q.Get("exchange_type")
 	cfg.Source = q.Get("source")
@@ -184,7 +171,7 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	cfg.ConnectionName = q.Get("connection_name")
 	if v := q.Get("declare_exchange"); v != "" {
 		if cfg.DeclareExchange, err = strconv.ParseBool(v); err != nil {
-			return Config{}, bad("%s: declare_exchange=%q is not a boolean: use true or false", redactURL(u), v)
+			return Config{}, sinkurl.URLErrorf("%s: declare_exchange=%q is not a boolean: use true or false", redactURL(u), v)
 		}
 	}
 	switch v := q.Get("unroutable"); v {
@@ -192,38 +179,25 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	case unroutablePermanent:
 		cfg.UnroutablePermanent = true
 	default:
-		return Config{}, bad("%s: unroutable=%q: use retry or permanent", redactURL(u), v)
+		return Config{}, sinkurl.URLErrorf("%s: unroutable=%q: use retry or permanent", redactURL(u), v)
 	}
-	if tmpl := q.Get("route"); tmpl != "" {
-		if cfg.Router, err = route.New(tmpl); err != nil {
-			return Config{}, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("route option: %w", err)}
-		}
+	if cfg.Router, err = sinkurl.Route(q); err != nil {
+		return Config{}, err
 	}
-	for _, name := range sinkParams {
-		q.Del(name)
-	}
-	u.RawQuery = q.Encode()
-	cfg.URL = u.String()
+	cfg.URL = sinkurl.Without(u, q, sinkParams)
 	return cfg, nil
 }
 
 // parseURL parses and checks a broker URL. Its errors never quote the
 // userinfo.
 func parseURL(raw string) (*url.URL, error) {
-	bad := func(format string, args ...any) error {
-		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.URLErrorf
 	if raw == "" {
 		return nil, bad("is empty: set the broker, such as amqp://guest:guest@localhost:5672/")
 	}
-	u, err := url.Parse(raw)
+	u, err := sinkurl.Parse(raw, "use amqp://user:pass@host:port/vhost, percent-encoding reserved characters in the user, password and vhost")
 	if err != nil {
-		// url.Error quotes the whole URL, password included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, bad("does not parse (%v): use amqp://user:pass@host:port/vhost, percent-encoding reserved characters in the user, password and vhost", err)
+		return nil, err
 	}
 	switch {
 	case u.Scheme != "amqp" && u.Scheme != "amqps":
@@ -237,10 +211,8 @@ func parseURL(raw string) (*url.URL, error) {
 	case strings.ContainsAny(raw, " \t\r\n"):
 		return nil, bad("%s contains whitespace: percent-encode it", redactURL(u))
 	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, bad("%s has port %q: use 1 to 65535", redactURL(u), p)
-		}
+	if err := sinkurl.CheckPort(redactURL(u), u); err != nil {
+		return nil, err
 	}
 	if strings.Count(strings.TrimPrefix(u.EscapedPath(), "/"), "/") > 0 {
 		return nil, bad("%s: the vhost holds an unescaped /: write it as %%2F", redactURL(u))
@@ -251,9 +223,7 @@ func parseURL(raw string) (*url.URL, error) {
 // validate checks c, which has its defaults. Its errors never quote the
 // password.
 func (c Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.Errorf
 	u, err := parseURL(c.URL)
 	if err != nil {
 		return err
@@ -263,11 +233,11 @@ func (c Config) validate() error {
 		// such as heartbeat=x; the error does not quote the URL.
 		return bad("URL", "%s: %v", redactURL(u), err)
 	}
+	if err := sinkurl.RejectSinkOptions(redactURL(u), u.Query(), sinkParams); err != nil {
+		return err
+	}
 	for name := range u.Query() {
 		if !slices.Contains(connectionParams, name) {
-			if slices.Contains(sinkParams, name) {
-				return bad("URL", "%s: %q is a sink option: parse the URL with ConfigFromURL, or set the Config field", redactURL(u), name)
-			}
 			return bad("URL", "%s: unknown connection parameter %q: use one of %s", redactURL(u), name, strings.Join(connectionParams, ", "))
 		}
 	}
@@ -284,8 +254,8 @@ func (c Config) validate() error {
 	if c.DeclareExchange && c.Exchange == "" {
 		return bad("DeclareExchange", "is set but Exchange is empty: the default exchange always exists; name an exchange or drop the option")
 	}
-	if _, err := url.Parse(c.Source); err != nil || strings.TrimSpace(c.Source) != c.Source {
-		return bad("Source", "%q is not a URI reference: use something like /outbox or urn:example:orders", c.Source)
+	if err := sinkurl.CheckSource(c.Source); err != nil {
+		return err
 	}
 	if c.PropertyPrefix != PrefixUnderscore && c.PropertyPrefix != PrefixColon {
 		return bad("PropertyPrefix", "%q: use %q or %q, the two the CloudEvents AMQP binding allows", c.PropertyPrefix, PrefixUnderscore, PrefixColon)
@@ -319,26 +289,10 @@ func validName(s string) bool {
 
 // redactURL names a broker for errors and logs: scheme, host, port and
 // vhost, never the userinfo or query (which may hold key file paths).
-func redactURL(u *url.URL) string {
-	host := u.Host
-	if host == "" {
-		host = "?"
-	}
-	s := u.Scheme + "://" + host
-	if u.Path != "" {
-		s += u.EscapedPath()
-	}
-	return s
-}
+func redactURL(u *url.URL) string { return sinkurl.Redact(u, true) }
 
 // endpoint names the broker of raw for errors and logs, redacted.
-func endpoint(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return redactURL(u)
-}
+func endpoint(raw string) string { return sinkurl.Endpoint(raw, true) }
 
 // String describes c without the password, so a Config can be printed or
 // logged.

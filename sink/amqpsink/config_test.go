@@ -1,16 +1,12 @@
 package amqpsink_test
 
 import (
-	"fmt"
-	"log/slog"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/configtest"
 	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sinktest"
 )
@@ -76,12 +72,7 @@ func TestConfigFromURLRejects(t *testing.T) {
 		t.Run(tc.url, func(t *testing.T) {
 			t.Parallel()
 			_, err := amqpsink.ConfigFromURL(tc.url)
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, "URL", ce.Field)
-			require.ErrorContains(t, err, tc.text)
-			require.NotContains(t, err.Error(), secret)
-			require.NotContains(t, err.Error(), "\n")
+			configtest.RequireError(t, err, "URL", tc.text, secret)
 		})
 	}
 }
@@ -111,11 +102,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Parallel()
 			s, err := amqpsink.New(t.Context(), tc.cfg)
 			require.Nil(t, s)
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, tc.field, ce.Field)
-			require.ErrorContains(t, err, tc.text)
-			require.NotContains(t, err.Error(), secret)
+			configtest.RequireError(t, err, tc.field, tc.text, secret)
 		})
 	}
 }
@@ -123,9 +110,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestConfigPrintsNoPassword(t *testing.T) {
 	t.Parallel()
 	c := amqpsink.Config{URL: "amqp://user:" + secret + "@h:5672/v?heartbeat=5", Exchange: "x"}
-	var log strings.Builder
-	slog.New(slog.NewTextHandler(&log, nil)).Info("sink", "config", c)
-	for _, s := range []string{c.String(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), log.String()} {
+	for _, s := range configtest.Printed(c) {
 		require.NotContains(t, s, secret)
 		require.Contains(t, s, "amqp://h:5672/v")
 	}
@@ -141,13 +126,7 @@ func FuzzConfigFromURL(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		c, err := amqpsink.ConfigFromURL(raw)
 		if err != nil {
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, err, &ce)
-			if u, perr := url.Parse(raw); perr == nil && u.User != nil {
-				if pw, ok := u.User.Password(); ok && len(pw) >= 6 {
-					require.NotContains(t, err.Error(), pw, "the password never shows")
-				}
-			}
+			configtest.RequireURLError(t, raw, err)
 			return
 		}
 		// What parses once parses again to the same connection URL.

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 )
 
@@ -125,15 +124,13 @@ func setDefault[T comparable](p *T, v T) {
 // validate checks c, which has its defaults, and returns the seed brokers
 // with their ports.
 func (c Config) validate() ([]string, error) {
-	bad := func(field, format string, args ...any) error {
-		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.Errorf
 	if len(c.Brokers) == 0 {
 		return nil, bad("Brokers", "is empty: name at least one broker, such as 127.0.0.1:9092")
 	}
 	brokers := make([]string, len(c.Brokers))
 	for i, b := range c.Brokers {
-		hp, err := hostPort(b, "9092")
+		hp, err := sinkurl.HostPort(b, "9092")
 		if err != nil {
 			return nil, bad("Brokers", "entry %d %s", i, err.Error())
 		}
@@ -148,7 +145,7 @@ func (c Config) validate() ([]string, error) {
 		return nil, bad("SASL", "is %q: use one of %s", c.SASL, strings.Join(saslMechanisms, ", "))
 	case c.SASL != "" && c.User == "":
 		return nil, bad("User", "is empty but SASL is set: set the user name and password")
-	case !validSource(c.Source):
+	case !sinkurl.ValidSource(c.Source):
 		return nil, bad("Source", "%q is not a URI reference: use a value such as /outbox or https://example.com/orders", c.Source)
 	case c.ClientID != "" && strings.ContainsFunc(c.ClientID, func(r rune) bool { return r < ' ' || r == 0x7f }):
 		return nil, bad("ClientID", "holds control characters: use printable text")
@@ -166,17 +163,6 @@ func (c Config) validate() ([]string, error) {
 	return brokers, nil
 }
 
-// validSource reports whether s is a usable URI reference.
-func validSource(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n") {
-		return false
-	}
-	_, err := url.Parse(s)
-	return err == nil
-}
-
-const redacted = "[REDACTED]"
-
 // String describes c with the password redacted, so a Config can be
 // printed or logged.
 func (c Config) String() string {
@@ -186,7 +172,7 @@ func (c Config) String() string {
 		fmt.Fprintf(&b, ", SASL: %q, User: %q", c.SASL, c.User)
 	}
 	if c.Password != "" {
-		b.WriteString(", Password: " + redacted)
+		b.WriteString(", Password: " + sinkurl.Redacted)
 	}
 	if c.TLS != nil {
 		b.WriteString(", TLS: true")

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 )
 
 // Sink produces events to Kafka. It is safe for concurrent use.
@@ -244,9 +245,4 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 }
 
 // scrub cuts the password out of text from the client library.
-func (s *Sink) scrub(text string) string {
-	if s.cfg.Password == "" {
-		return text
-	}
-	return strings.ReplaceAll(text, s.cfg.Password, redacted)
-}
+func (s *Sink) scrub(text string) string { return sinkurl.Scrub(text, s.cfg.Password) }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/configtest"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/kafkasink"
 	"github.com/outboxkit/outbox/sinktest"
@@ -397,11 +398,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Parallel()
 			s, err := kafkasink.New(t.Context(), tc.cfg)
 			require.Nil(t, s)
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, tc.field, ce.Field)
-			require.Contains(t, err.Error(), tc.text)
-			require.NotContains(t, err.Error(), pw)
+			configtest.RequireError(t, err, tc.field, tc.text, pw)
 		})
 	}
 }
@@ -425,7 +422,7 @@ func TestStringsHideThePassword(t *testing.T) {
 	t.Parallel()
 	const pw = "pw-hunter2"
 	cfg := kafkasink.Config{Brokers: []string{"h:9092"}, SASL: kafkasink.SASLPlain, User: "u", Password: pw}
-	for _, text := range []string{cfg.String(), cfg.GoString(), cfg.LogValue().String()} {
+	for _, text := range append(configtest.Printed(cfg), cfg.LogValue().String()) {
 		require.NotContains(t, text, pw)
 	}
 	require.Contains(t, cfg.String(), "[REDACTED]")

@@ -4,17 +4,15 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 )
 
@@ -112,20 +110,9 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	bad := func(format string, args ...any) error {
-		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
-	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := sinkurl.Query(redactURL(u), u.RawQuery, sinkParams, true)
 	if err != nil {
-		return Config{}, bad("%s: the query does not parse: use option=value pairs joined by &", redactURL(u))
-	}
-	for name, values := range q {
-		if !slices.Contains(sinkParams, name) {
-			return Config{}, bad("%s: unknown option %q: use one of %s", redactURL(u), name, strings.Join(sinkParams, ", "))
-		}
-		if len(values) > 1 {
-			return Config{}, bad("%s: option %q is given %d times: give it once", redactURL(u), name, len(values))
-		}
+		return Config{}, err
 	}
 	var cfg Config
 	for _, d := range []struct {
@@ -134,39 +121,29 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	}{{"keepalive", &cfg.KeepAlive}, {"connect_timeout", &cfg.DialTimeout}} {
 		if v := q.Get(d.name); v != "" {
 			if *d.dst, err = time.ParseDuration(v); err != nil || *d.dst <= 0 {
-				return Config{}, bad("%s: %s=%q: use a positive duration such as 30s", redactURL(u), d.name, v)
+				return Config{}, sinkurl.URLErrorf("%s: %s=%q: use a positive duration such as 30s", redactURL(u), d.name, v)
 			}
 		}
 	}
 	cfg.ClientID = q.Get("client_id")
 	cfg.Source = q.Get("source")
-	if tmpl := q.Get("route"); tmpl != "" {
-		if cfg.Router, err = route.New(tmpl); err != nil {
-			return Config{}, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("route option: %w", err)}
-		}
+	if cfg.Router, err = sinkurl.Route(q); err != nil {
+		return Config{}, err
 	}
-	u.RawQuery = ""
-	cfg.URL = u.String()
+	cfg.URL = sinkurl.Without(u, q, sinkParams)
 	return cfg, nil
 }
 
 // parseURL parses and checks a broker URL. Its errors never quote the
 // userinfo.
 func parseURL(raw string) (*url.URL, error) {
-	bad := func(format string, args ...any) error {
-		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.URLErrorf
 	if raw == "" {
 		return nil, bad("is empty: set the broker, such as mqtt://localhost:1883")
 	}
-	u, err := url.Parse(raw)
+	u, err := sinkurl.Parse(raw, "use mqtt://user:pass@host:port, percent-encoding reserved characters in the user and password")
 	if err != nil {
-		// url.Error quotes the whole URL, password included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, bad("does not parse (%v): use mqtt://user:pass@host:port, percent-encoding reserved characters in the user and password", err)
+		return nil, err
 	}
 	switch {
 	case !slices.Contains(schemes, u.Scheme):
@@ -178,10 +155,8 @@ func parseURL(raw string) (*url.URL, error) {
 	case u.Fragment != "":
 		return nil, bad("%s has a #fragment: remove it", redactURL(u))
 	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, bad("%s has port %q: use 1 to 65535", redactURL(u), p)
-		}
+	if err := sinkurl.CheckPort(redactURL(u), u); err != nil {
+		return nil, err
 	}
 	return u, nil
 }
@@ -189,9 +164,7 @@ func parseURL(raw string) (*url.URL, error) {
 // validate checks c, which has its defaults, and returns the broker URL
 // for paho (scheme and host only). Its errors never quote the password.
 func (c Config) validate() (*url.URL, error) {
-	bad := func(field, format string, args ...any) error {
-		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.Errorf
 	u, err := parseURL(c.URL)
 	if err != nil {
 		return nil, err
@@ -209,8 +182,8 @@ func (c Config) validate() (*url.URL, error) {
 	case c.ReconnectWait < 0:
 		return nil, bad("ReconnectWait", "is %v: use a positive duration, or 0 for the default", c.ReconnectWait)
 	}
-	if _, err := url.Parse(c.Source); err != nil || strings.TrimSpace(c.Source) != c.Source {
-		return nil, bad("Source", "%q is not a URI reference: use something like /outbox or urn:example:orders", c.Source)
+	if err := sinkurl.CheckSource(c.Source); err != nil {
+		return nil, err
 	}
 	broker := &url.URL{Scheme: "tcp", Host: u.Host}
 	port := "1883"
@@ -229,22 +202,10 @@ func (c Config) validate() (*url.URL, error) {
 
 // redactURL names a broker for errors and logs: scheme, host and port,
 // never the userinfo.
-func redactURL(u *url.URL) string {
-	host := u.Host
-	if host == "" {
-		host = "?"
-	}
-	return u.Scheme + "://" + host
-}
+func redactURL(u *url.URL) string { return sinkurl.Redact(u, false) }
 
 // endpoint names the broker of raw for errors and logs, redacted.
-func endpoint(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return redactURL(u)
-}
+func endpoint(raw string) string { return sinkurl.Endpoint(raw, false) }
 
 // String describes c without the password, so a Config can be printed or
 // logged.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 )
 
@@ -144,9 +145,7 @@ func setDefault[T comparable](p *T, v T) {
 // validate checks c, which has its defaults, and returns the server URLs
 // to dial.
 func (c Config) validate() ([]string, error) {
-	bad := func(field, format string, args ...any) error {
-		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.Errorf
 	if len(c.Servers) == 0 {
 		return nil, bad("Servers", "is empty: name at least one server, such as 127.0.0.1:4222")
 	}
@@ -165,7 +164,7 @@ func (c Config) validate() ([]string, error) {
 		return nil, bad("User", "is empty but Password is set: set the user name too")
 	case c.CredsFile != "" && (c.Token != "" || c.User != ""):
 		return nil, bad("CredsFile", "is set together with a token or user name: use one way to authenticate")
-	case !validSource(c.Source):
+	case !sinkurl.ValidSource(c.Source):
 		return nil, bad("Source", "%q is not a URI reference: use a value such as /outbox or https://example.com/orders", c.Source)
 	case c.CreateStream && c.Stream == "":
 		return nil, bad("Stream", "is empty but CreateStream is set: name the stream to create, such as OUTBOX")
@@ -236,15 +235,6 @@ func redactServer(s string) string {
 	return s
 }
 
-// validSource reports whether s is a usable URI reference.
-func validSource(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n") {
-		return false
-	}
-	_, err := url.Parse(s)
-	return err == nil
-}
-
 // validStreamName reports whether s can name a JetStream stream: no
 // whitespace, dots, wildcards or path separators.
 func validStreamName(s string) bool {
@@ -260,8 +250,6 @@ func validStreamName(s string) bool {
 	return true
 }
 
-const redacted = "[REDACTED]"
-
 // String describes c with credentials redacted, so a Config can be printed
 // or logged.
 func (c Config) String() string {
@@ -271,10 +259,10 @@ func (c Config) String() string {
 		fmt.Fprintf(&b, ", User: %q", c.User)
 	}
 	if c.Password != "" {
-		b.WriteString(", Password: " + redacted)
+		b.WriteString(", Password: " + sinkurl.Redacted)
 	}
 	if c.Token != "" {
-		b.WriteString(", Token: " + redacted)
+		b.WriteString(", Token: " + sinkurl.Redacted)
 	}
 	if c.CredsFile != "" {
 		fmt.Fprintf(&b, ", CredsFile: %q", c.CredsFile)

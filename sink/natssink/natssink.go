@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 )
 
 // Sink publishes events to NATS JetStream. It is safe for concurrent use.
@@ -268,9 +269,4 @@ func (s *Sink) wait(ctx context.Context, f jetstream.PubAckFuture) error {
 }
 
 // scrub cuts credentials out of text from the client library.
-func (s *Sink) scrub(text string) string {
-	for _, secret := range s.secrets {
-		text = strings.ReplaceAll(text, secret, redacted)
-	}
-	return text
-}
+func (s *Sink) scrub(text string) string { return sinkurl.Scrub(text, s.secrets...) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/configtest"
 	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/natssink"
@@ -466,11 +467,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Parallel()
 			s, err := natssink.New(t.Context(), tc.cfg)
 			require.Nil(t, s)
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, tc.field, ce.Field)
-			require.Contains(t, err.Error(), tc.text)
-			require.NotContains(t, err.Error(), pw)
+			configtest.RequireError(t, err, tc.field, tc.text, pw)
 		})
 	}
 }
@@ -499,10 +496,10 @@ func TestStringsHideCredentials(t *testing.T) {
 	cfg := b.config(t)
 	cfg.User, cfg.Password = "any", pw // the test server takes any credentials
 	s := newSink(t, cfg)
-	for _, text := range []string{
-		s.String(), cfg.String(), cfg.GoString(), s.LogValue().String(), cfg.LogValue().String(),
+	for _, text := range append(configtest.Printed(cfg),
+		s.String(), s.LogValue().String(), cfg.LogValue().String(),
 		natssink.Config{Servers: []string{"h"}, Token: token}.String(),
-	} {
+	) {
 		require.NotContains(t, text, pw)
 		require.NotContains(t, text, token)
 	}

@@ -2,18 +2,16 @@ package redissink
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 )
 
@@ -87,60 +85,39 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	bad := func(format string, args ...any) error {
-		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
-	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := sinkurl.Query(redactURL(u), u.RawQuery, sinkParams, false)
 	if err != nil {
-		return Config{}, bad("%s: the query does not parse: use option=value pairs joined by &", redactURL(u))
-	}
-	for _, name := range sinkParams {
-		if len(q[name]) > 1 {
-			return Config{}, bad("%s: option %q is given %d times: give it once", redactURL(u), name, len(q[name]))
-		}
+		return Config{}, err
 	}
 	var cfg Config
 	if v := q.Get("maxlen"); v != "" {
 		if cfg.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || cfg.MaxLen < 0 {
-			return Config{}, bad("%s: maxlen=%q: use a whole number of entries, or 0 to keep every entry", redactURL(u), v)
+			return Config{}, sinkurl.URLErrorf("%s: maxlen=%q: use a whole number of entries, or 0 to keep every entry", redactURL(u), v)
 		}
 	}
 	if v := q.Get("maxlen_exact"); v != "" {
 		if cfg.MaxLenExact, err = strconv.ParseBool(v); err != nil {
-			return Config{}, bad("%s: maxlen_exact=%q is not a boolean: use true or false", redactURL(u), v)
+			return Config{}, sinkurl.URLErrorf("%s: maxlen_exact=%q is not a boolean: use true or false", redactURL(u), v)
 		}
 	}
 	cfg.Source = q.Get("source")
-	if tmpl := q.Get("route"); tmpl != "" {
-		if cfg.Router, err = route.New(tmpl); err != nil {
-			return Config{}, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("route option: %w", err)}
-		}
+	if cfg.Router, err = sinkurl.Route(q); err != nil {
+		return Config{}, err
 	}
-	for _, name := range sinkParams {
-		q.Del(name)
-	}
-	u.RawQuery = q.Encode()
-	cfg.URL = u.String()
+	cfg.URL = sinkurl.Without(u, q, sinkParams)
 	return cfg, nil
 }
 
 // parseURL parses and checks a server URL. Its errors never quote the
 // userinfo.
 func parseURL(raw string) (*url.URL, error) {
-	bad := func(format string, args ...any) error {
-		return &outbox.ConfigError{Field: "URL", Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.URLErrorf
 	if raw == "" {
 		return nil, bad("is empty: set the server, such as redis://localhost:6379/0")
 	}
-	u, err := url.Parse(raw)
+	u, err := sinkurl.Parse(raw, "use redis://user:pass@host:port/db, percent-encoding reserved characters in the user and password")
 	if err != nil {
-		// url.Error quotes the whole URL, password included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, bad("does not parse (%v): use redis://user:pass@host:port/db, percent-encoding reserved characters in the user and password", err)
+		return nil, err
 	}
 	switch {
 	case u.Scheme != "redis" && u.Scheme != "rediss":
@@ -150,10 +127,8 @@ func parseURL(raw string) (*url.URL, error) {
 	case u.Fragment != "":
 		return nil, bad("%s has a #fragment: remove it", redactURL(u))
 	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, bad("%s has port %q: use 1 to 65535", redactURL(u), p)
-		}
+	if err := sinkurl.CheckPort(redactURL(u), u); err != nil {
+		return nil, err
 	}
 	return u, nil
 }
@@ -162,11 +137,9 @@ func parseURL(raw string) (*url.URL, error) {
 // options for URL (nil when Client is set). Its errors never quote the
 // password.
 func (c Config) options() (*redis.Options, error) {
-	bad := func(field, format string, args ...any) error {
-		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
-	if _, err := url.Parse(c.Source); err != nil || strings.TrimSpace(c.Source) != c.Source {
-		return nil, bad("Source", "%q is not a URI reference: use something like /outbox or urn:example:orders", c.Source)
+	bad := sinkurl.Errorf
+	if err := sinkurl.CheckSource(c.Source); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.MaxLen < 0:
@@ -186,10 +159,8 @@ func (c Config) options() (*redis.Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name := range u.Query() {
-		if slices.Contains(sinkParams, name) {
-			return nil, bad("URL", "%s: %q is a sink option: parse the URL with ConfigFromURL, or set the Config field", redactURL(u), name)
-		}
+	if err := sinkurl.RejectSinkOptions(redactURL(u), u.Query(), sinkParams); err != nil {
+		return nil, err
 	}
 	hasDialTimeout := u.Query().Has("dial_timeout")
 	opts, err := redis.ParseURL(c.URL)
@@ -212,22 +183,10 @@ func (c Config) options() (*redis.Options, error) {
 
 // redactURL names a server for errors and logs: scheme, host, port and
 // database, never the userinfo or query.
-func redactURL(u *url.URL) string {
-	host := u.Host
-	if host == "" {
-		host = "?"
-	}
-	return u.Scheme + "://" + host + u.EscapedPath()
-}
+func redactURL(u *url.URL) string { return sinkurl.Redact(u, true) }
 
 // endpoint names the server of raw for errors and logs, redacted.
-func endpoint(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return redactURL(u)
-}
+func endpoint(raw string) string { return sinkurl.Endpoint(raw, true) }
 
 // String describes c without the password, so a Config can be printed or
 // logged.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/envelope"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 )
 
 // Defaults; Config.WithDefaults fills zero fields with them.
@@ -79,9 +80,7 @@ func (c Config) WithDefaults() Config {
 // and the signer (nil without a secret). Its errors never quote the URL's
 // userinfo, the secret or header values.
 func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
-	bad := func(field, format string, args ...any) error {
-		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
-	}
+	bad := sinkurl.Errorf
 	if c.URL == "" {
 		return nil, nil, bad("URL", "is empty: set the endpoint to POST events to, such as https://hooks.example.com/outbox")
 	}
@@ -103,8 +102,8 @@ func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
 	case u.Fragment != "":
 		return nil, nil, bad("URL", "%s has a #fragment, which is never sent: remove it", redactURL(u))
 	}
-	if _, err := url.Parse(c.Source); err != nil || strings.TrimSpace(c.Source) != c.Source {
-		return nil, nil, bad("Source", "%q is not a URI reference: use something like /outbox or urn:example:orders", c.Source)
+	if err := sinkurl.CheckSource(c.Source); err != nil {
+		return nil, nil, err
 	}
 	if c.Timeout < 0 {
 		return nil, nil, bad("Timeout", "is %v: use a positive duration, or 0 for the default %v", c.Timeout, TimeoutDefault)
@@ -204,15 +203,13 @@ func redactRawURL(raw string) string {
 	return redactURL(u)
 }
 
-const redacted = "[REDACTED]"
-
 // String describes c with the secret, header values and URL path redacted,
 // so a Config can be printed or logged.
 func (c Config) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhooksink.Config{URL: %s", redactRawURL(c.URL))
 	if c.Secret != "" {
-		b.WriteString(", Secret: " + redacted)
+		b.WriteString(", Secret: " + sinkurl.Redacted)
 	}
 	fmt.Fprintf(&b, ", Source: %q, Timeout: %v, Concurrency: %d", c.Source, c.Timeout, c.Concurrency)
 	if len(c.Headers) > 0 {
@@ -221,7 +218,7 @@ func (c Config) String() string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(k + ": " + redacted)
+			b.WriteString(k + ": " + sinkurl.Redacted)
 		}
 		b.WriteString("}")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/configtest"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
 
@@ -63,11 +64,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Parallel()
 			s, err := webhooksink.New(tc.cfg)
 			require.Nil(t, s)
-			var ce *outbox.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, tc.field, ce.Field)
-			require.Contains(t, err.Error(), tc.text)
-			require.NotContains(t, err.Error(), pw)
+			configtest.RequireError(t, err, tc.field, tc.text, pw)
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 )
 
 // BodySnippetMax is the most bytes of a response body quoted in an error.
@@ -156,9 +157,4 @@ func drainClose(body io.ReadCloser) {
 
 // redactSecrets cuts the secret and static header values out of s: an
 // endpoint may echo the request back in an error page.
-func (s *Sink) redactSecrets(text string) string {
-	for _, secret := range s.secrets {
-		text = strings.ReplaceAll(text, secret, redacted)
-	}
-	return text
-}
+func (s *Sink) redactSecrets(text string) string { return sinkurl.Scrub(text, s.secrets...) }
