@@ -99,7 +99,8 @@ func eventsFromRows(rows []driver.Event) []Event {
 }
 
 // Database is the database that holds the outbox table. Make one with
-// Postgres; the relay, the Manager and outboxmigrate take it.
+// Postgres, SQLite or MySQL; the relay, the Manager and outboxmigrate take
+// it.
 type Database interface {
 	// Driver returns the storage driver for the outbox table in schema. It
 	// is for outbox's own packages; applications have no use for it.

@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/driver/mysqldriver"
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
+	"github.com/outboxkit/outbox/internal/driver/sqldriver"
+	"github.com/outboxkit/outbox/internal/driver/sqlitedriver"
 )
 
 // Message is one event to write into the outbox.
@@ -75,15 +78,23 @@ type PgxTx interface {
 }
 
 // SQLTx is what Writer.WriteSQL needs from a transaction: *sql.Tx (and
-// *sql.DB, *sql.Conn) opened with the pgx stdlib driver.
+// *sql.DB, *sql.Conn) of the database the Writer's Dialect names; on
+// PostgreSQL, opened with the pgx stdlib driver. DialectMySQL also needs
+// ExecContext, which those types have.
 type SQLTx interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // WriterConfig configures a Writer.
 type WriterConfig struct {
-	// Schema holds outbox_events. Defaults to SchemaDefault.
+	// Schema holds outbox_events. Defaults to SchemaDefault, which on
+	// SQLite means the main database and on MySQL the connection's
+	// database.
 	Schema string
+	// Dialect is the SQL of the database the caller's transactions run on.
+	// Defaults to DialectDefault (PostgreSQL); DialectOf tells the one that
+	// suits a Database.
+	Dialect Dialect
 	// HeadersFromContext, when set, is called once per write; the headers
 	// it returns are added to every message that does not set them itself.
 	// A tracing adapter uses it to store the caller's trace context
@@ -95,7 +106,8 @@ type WriterConfig struct {
 	// interval notifies: NOTIFY serializes the commits that carry it, so a
 	// debounced hint keeps its cost to the writers small, while the relay's
 	// trailing claim picks up the events written in between. Zero (the
-	// default) never notifies. NotifyIntervalDefault is a good value.
+	// default) never notifies. NotifyIntervalDefault is a good value. Only
+	// PostgreSQL has NOTIFY; other dialects ignore it.
 	NotifyInterval time.Duration
 }
 
@@ -107,23 +119,59 @@ const NotifyIntervalDefault = 5 * time.Millisecond
 // they commit or roll back with the business rows beside them. It is safe for
 // concurrent use.
 type Writer struct {
-	insert         pgdriver.Insert
+	dialect        Dialect
+	insert         pgdriver.Insert    // DialectPostgres
+	sqlInsert      sqldriver.Inserter // the other dialects
+	dialectErr     error              // an unknown dialect, reported by every write
 	fromContext    func(context.Context) map[string]string
 	notifyInterval int64        // nanoseconds; 0 disables
 	lastNotify     atomic.Int64 // unix nanoseconds of the last notifying write
 }
 
 // NewWriter returns a Writer for the outbox table in cfg.Schema.
+// An unknown cfg.Dialect makes every write return a *ConfigError.
 func NewWriter(cfg WriterConfig) *Writer {
-	return &Writer{insert: pgdriver.NewInsert(schemaOrDefault(cfg.Schema)), fromContext: cfg.HeadersFromContext,
-		notifyInterval: int64(max(cfg.NotifyInterval, 0))}
+	schema := schemaOrDefault(cfg.Schema)
+	w := &Writer{dialect: cmpOr(cfg.Dialect, DialectDefault), fromContext: cfg.HeadersFromContext}
+	switch w.dialect {
+	case DialectPostgres:
+		w.insert = pgdriver.NewInsert(schema)
+		w.notifyInterval = int64(max(cfg.NotifyInterval, 0))
+	case DialectSQLite:
+		w.sqlInsert = sqlitedriver.NewInsert(schema)
+	case DialectMariaDB:
+		w.sqlInsert = mysqldriver.NewInsertReturning(schema)
+	case DialectMySQL:
+		w.sqlInsert = mysqldriver.NewInsertEach(schema)
+	default:
+		_, w.dialectErr = ParseDialect(string(w.dialect))
+	}
+	return w
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 // Write stores msgs in tx with one round trip. A message whose idempotency
 // key already exists is skipped and reported in WriteResult.Duplicates; it
 // does not abort tx. Invalid messages are refused with a *MessageError before
 // anything is sent.
+//
+// Write is for PostgreSQL (DialectPostgres); the other dialects write
+// through WriteSQL.
 func (w *Writer) Write(ctx context.Context, tx PgxTx, msgs ...Message) (WriteResult, error) {
+	if w.dialect != DialectPostgres {
+		if w.dialectErr != nil {
+			return WriteResult{}, w.dialectErr
+		}
+		return WriteResult{}, &ConfigError{Field: "Dialect", Err: fmt.Errorf(
+			"is %s: Write takes a pgx transaction, which only PostgreSQL has; use WriteSQL with a *sql.Tx", w.dialect)}
+	}
 	events, err := w.prepare(ctx, msgs)
 	if err != nil || len(events) == 0 {
 		return WriteResult{}, err
@@ -137,11 +185,30 @@ func (w *Writer) Write(ctx context.Context, tx PgxTx, msgs ...Message) (WriteRes
 	return collectIDs(len(msgs), rows)
 }
 
-// WriteSQL is Write for a database/sql transaction on the pgx stdlib driver.
+// WriteSQL is Write for a database/sql transaction: on PostgreSQL through
+// the pgx stdlib driver, on SQLite, MariaDB and MySQL through theirs, as the
+// Writer's Dialect says. On every dialect a duplicate idempotency key is
+// skipped without aborting tx, and IDs come back in message order.
 func (w *Writer) WriteSQL(ctx context.Context, tx SQLTx, msgs ...Message) (WriteResult, error) {
+	if w.dialectErr != nil {
+		return WriteResult{}, w.dialectErr
+	}
 	events, err := w.prepare(ctx, msgs)
 	if err != nil || len(events) == 0 {
 		return WriteResult{}, err
+	}
+	if w.sqlInsert != nil {
+		ids, err := w.sqlInsert.Insert(ctx, tx, events)
+		if err != nil {
+			return WriteResult{}, w.writeErr(err)
+		}
+		res := WriteResult{IDs: ids}
+		for i, id := range ids {
+			if id == 0 {
+				res.Duplicates = append(res.Duplicates, i)
+			}
+		}
+		return res, nil
 	}
 	sqlText, args := w.statement(events)
 	rows, err := tx.QueryContext(ctx, sqlText, args...)
@@ -211,6 +278,17 @@ func writeErr(err error) error {
 
 // driverErr maps database errors that name a missing table to ErrNoTable.
 func driverErr(err error) error { return pgdriver.WrapError(err) }
+
+// writeErr is writeErr for the Writer's dialect.
+func (w *Writer) writeErr(err error) error {
+	switch w.dialect {
+	case DialectSQLite:
+		err = sqldriver.WrapError(sqlitedriver.Dialect{}, err)
+	case DialectMariaDB, DialectMySQL:
+		err = sqldriver.WrapError(mysqldriver.Dialect{}, err)
+	}
+	return writeErr(err)
+}
 
 // prepare validates msgs and encodes their payloads and headers.
 func (w *Writer) prepare(ctx context.Context, msgs []Message) ([]driver.NewEvent, error) {

@@ -1,0 +1,40 @@
+package drivertest_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver/drivertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The shared PostgreSQL test pool lives for the whole test binary.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	)
+}
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	drivertest.Run(t, drivertest.Postgres())
+}
+
+func TestSQLite(t *testing.T) {
+	t.Parallel()
+	drivertest.Run(t, drivertest.SQLite())
+}
+
+func TestMariaDB(t *testing.T) {
+	t.Parallel()
+	drivertest.Run(t, drivertest.MariaDB(outbox.DialectMariaDB))
+}
+
+// TestMariaDBWithMySQLWriter runs the suite with the writer MySQL 8 needs
+// (no INSERT … RETURNING), on MariaDB, which speaks both.
+func TestMariaDBWithMySQLWriter(t *testing.T) {
+	t.Parallel()
+	drivertest.Run(t, drivertest.MariaDB(outbox.DialectMySQL))
+}

@@ -1,0 +1,277 @@
+// Package mysqldriver is the MySQL 8 / MariaDB 10.6+ storage driver, for
+// *sql.DB opened with github.com/go-sql-driver/mysql (which this package
+// does not import: the application does). Its SQL is here; the statements'
+// shape is shared with SQLite in sqldriver.
+//
+// Claims select due rows with FOR UPDATE SKIP LOCKED in a short READ
+// COMMITTED transaction (no gap locks, so writers inserting new events never
+// wait on a claim), then update exactly those IDs: MySQL forbids updating a
+// table that a subquery of the same statement selects from, and has no
+// UPDATE … RETURNING.
+package mysqldriver
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/driver/sqldriver"
+)
+
+//go:embed migration/*.sql
+var migrationFS embed.FS
+
+// timeLayout is how DATETIME(6) values are bound: UTC, microseconds.
+const timeLayout = "2006-01-02 15:04:05.000000"
+
+// now is the database clock in UTC, whatever the session's time_zone.
+const now = `UTC_TIMESTAMP(6)`
+
+// New returns the driver for the outbox tables in schema: a database name,
+// or the connection's current database for "" and "public".
+func New(db *sql.DB, schema string) *sqldriver.Driver {
+	return sqldriver.New(db, Dialect{}, schemaName(schema))
+}
+
+// schemaName maps the outbox's default schema to the connection's database.
+func schemaName(s string) string {
+	if s == "public" {
+		return ""
+	}
+	return s
+}
+
+// Dialect is MySQL's part of the shared driver.
+type Dialect struct{}
+
+var _ sqldriver.Dialect = Dialect{}
+
+// Name implements sqldriver.Dialect.
+func (Dialect) Name() string { return "mysql" }
+
+// Quote quotes one identifier with backticks.
+func (Dialect) Quote(s string) string { return quote(s) }
+
+func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// Table returns `schema`.`table`, or `table` in the current database.
+func (Dialect) Table(schema, table string) string { return prefix(schema) + quote(table) }
+
+func prefix(schema string) string {
+	if s := schemaName(schema); s != "" {
+		return quote(s) + "."
+	}
+	return ""
+}
+
+// Now is UTC_TIMESTAMP(6).
+func (Dialect) Now() string { return now }
+
+// NowPlusMillis adds the bound milliseconds.
+func (Dialect) NowPlusMillis() string { return `(UTC_TIMESTAMP(6) + INTERVAL ? * 1000 MICROSECOND)` }
+
+// FormatTime renders t as bound to DATETIME(6).
+func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
+
+// FormatTime renders t in UTC with microseconds, as DATETIME(6) stores it.
+// Times are bound as text so that the connection's loc setting cannot shift
+// them.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// Concat concatenates with CONCAT (|| is OR unless PIPES_AS_CONCAT).
+func (Dialect) Concat(a, b string) string { return "CONCAT(" + a + ", " + b + ")" }
+
+// TypeMatch uses LIKE with backslash as the escape character; event_type's
+// binary collation makes it case-sensitive.
+func (Dialect) TypeMatch(globs []string) (string, []any) {
+	conds := make([]string, len(globs))
+	args := make([]any, len(globs))
+	for i, pat := range driver.LikePatterns(globs) {
+		conds[i] = "`event_type` LIKE ? ESCAPE '\\\\'"
+		args[i] = pat
+	}
+	return "(" + strings.Join(conds, " OR ") + ")", args
+}
+
+// ForUpdate locks the selected rows until the transaction ends.
+func (Dialect) ForUpdate() string { return " FOR UPDATE" }
+
+// ForUpdateSkipLocked locks the selected rows, passing over rows another
+// transaction holds.
+func (Dialect) ForUpdateSkipLocked() string { return " FOR UPDATE SKIP LOCKED" }
+
+// ByID makes a select by an ID list read the primary key only, so it locks
+// the listed rows and never waits on others.
+func (Dialect) ByID() string { return " FORCE INDEX (PRIMARY)" }
+
+// Begin starts a READ COMMITTED transaction: its locking reads take record
+// locks only, no gap locks that would block writers' inserts.
+func (Dialect) Begin(ctx context.Context, db *sql.DB) (sqldriver.Tx, error) {
+	return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+}
+
+// schemaArg binds the schema for information_schema lookups: NULL means the
+// current database.
+func schemaArg(schema string) any { return sqldriver.NullString(schemaName(schema)) }
+
+// TableExists looks table up in information_schema.
+func (Dialect) TableExists(ctx context.Context, q sqldriver.Querier, schema, table string) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = coalesce(?, DATABASE()) AND TABLE_NAME = ?`, schemaArg(schema), table).Scan(&n)
+	return n > 0, err
+}
+
+// EstimateRows reads InnoDB's row estimate from information_schema.
+func (Dialect) EstimateRows(ctx context.Context, q sqldriver.Querier, schema string) (int64, error) {
+	var n sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT TABLE_ROWS FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = coalesce(?, DATABASE()) AND TABLE_NAME = 'outbox_events'`, schemaArg(schema)).Scan(&n)
+	return n.Int64, err
+}
+
+// InsertedCount reads the AUTO_INCREMENT counter, which deletes do not
+// lower. (MySQL 8 caches information_schema statistics for
+// information_schema_stats_expiry seconds; MariaDB reads them live.)
+func (Dialect) InsertedCount(ctx context.Context, q sqldriver.Querier, schema string) (int64, error) {
+	var n sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT AUTO_INCREMENT - 1 FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = coalesce(?, DATABASE()) AND TABLE_NAME = 'outbox_events'`, schemaArg(schema)).Scan(&n)
+	return max(n.Int64, 0), err
+}
+
+// MySQL error numbers the driver tells apart.
+const (
+	erBadDB       = 1049 // unknown database
+	erNoSuchTable = 1146
+)
+
+// IsNoTable reports a missing table or database.
+func (Dialect) IsNoTable(err error) bool {
+	n := ErrorNumber(err)
+	return n == erNoSuchTable || n == erBadDB
+}
+
+// ErrorNumber returns the MySQL error number in err's chain, 0 if none. It
+// reads the Number field of the driver's error by reflection, since this
+// package must not import the client library.
+func ErrorNumber(err error) int {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		if f := v.FieldByName("Number"); f.IsValid() && f.Kind() == reflect.Uint16 {
+			return int(f.Uint())
+		}
+	}
+	return 0
+}
+
+// Migrations returns the embedded migrations.
+func (Dialect) Migrations() []sqldriver.Migration { return Migrations() }
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() []sqldriver.Migration { return sqldriver.LoadMigrations(migrationFS, "migration") }
+
+func render(sqlText, schema string) string {
+	return strings.ReplaceAll(sqlText, "{{schema}}", prefix(schema))
+}
+
+func versions(schema string) string { return prefix(schema) + "`outbox_migrations`" }
+
+func versionsDDL(schema string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + versions(schema) + ` (
+    ` + "`version`" + `    INT NOT NULL PRIMARY KEY,
+    ` + "`name`" + `       VARCHAR(255) NOT NULL,
+    ` + "`applied_at`" + ` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`
+}
+
+// MigrationSQL renders every migration as one script.
+func (Dialect) MigrationSQL(schema string) string {
+	var b strings.Builder
+	where := "the current database"
+	if s := schemaName(schema); s != "" {
+		where = "database " + quote(s)
+	}
+	fmt.Fprintf(&b, "-- outbox schema for MySQL/MariaDB in %s, generated by outbox migrate --print\n", where)
+	if s := schemaName(schema); s != "" {
+		fmt.Fprintf(&b, "CREATE DATABASE IF NOT EXISTS %s;\n", quote(s))
+	}
+	for _, m := range Migrations() {
+		fmt.Fprintf(&b, "\n-- migration %03d_%s\n%s", m.Version, m.Name, render(m.SQL, schema))
+	}
+	return b.String()
+}
+
+// migrateLockTimeout bounds the wait for another migrator, in seconds.
+const migrateLockTimeout = 300
+
+// Migrate applies the missing migrations while holding a named lock
+// (GET_LOCK) per database, so concurrent migrators apply each migration
+// once. MySQL commits DDL implicitly, so each migration is its own step: a
+// migration that fails half way is not recorded and is retried from its
+// start (its statements are CREATE TABLE, which then says the table
+// exists; drop it by hand after reading the error).
+func (Dialect) Migrate(ctx context.Context, db *sql.DB, schema string) ([]sqldriver.Migration, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	target := schemaName(schema)
+	if target != "" {
+		if _, err := conn.ExecContext(ctx, `CREATE DATABASE IF NOT EXISTS `+quote(target)); err != nil {
+			return nil, err
+		}
+	} else if err := conn.QueryRowContext(ctx, `SELECT coalesce(DATABASE(), '')`).Scan(&target); err != nil {
+		return nil, err
+	} else if target == "" {
+		return nil, errors.New("no database selected: name one in the URL (mysql://host/dbname) or pass a schema")
+	}
+	lock := lockName(target)
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, lock, migrateLockTimeout).Scan(&got); err != nil {
+		return nil, err
+	}
+	if got.Int64 != 1 {
+		return nil, fmt.Errorf("another outbox migrate held the lock %q for %ds", lock, migrateLockTimeout)
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lock) }()
+	if _, err := conn.ExecContext(ctx, versionsDDL(schema)); err != nil {
+		return nil, err
+	}
+	return sqldriver.ApplyMissing(ctx, conn, Migrations(), versions(schema), func(s string) string { return render(s, schema) })
+}
+
+// lockName is the GET_LOCK name for a database, within MySQL's 64
+// characters.
+func lockName(database string) string {
+	name := "outbox_migrate:" + database
+	if len(name) <= 64 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(database))
+	return "outbox_migrate:" + hex.EncodeToString(sum[:16])
+}
+
+// SchemaVersion returns the highest applied migration, 0 for none.
+func (d Dialect) SchemaVersion(ctx context.Context, db *sql.DB, schema string) (int, error) {
+	ok, err := d.TableExists(ctx, db, schema, "outbox_migrations")
+	if err != nil || !ok {
+		return 0, err
+	}
+	return sqldriver.MaxVersion(ctx, db, versions(schema))
+}

@@ -1,0 +1,246 @@
+package sqldriver
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Claim leases a batch of due pending events: it selects them (locking them
+// with SKIP LOCKED on MySQL, under the write lock on SQLite) together with
+// the database clock, then updates exactly those IDs. The lease's end is
+// that clock plus the lease, so it is the database's time, and it is bound
+// as the stored text so that the fence compares exactly.
+func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim, error) {
+	var claim driver.Claim
+	err := d.inTx(ctx, func(tx Tx) error {
+		var (
+			args   []any
+			filter string
+		)
+		if len(p.EventTypes) > 0 {
+			var cond string
+			cond, args = d.d.TypeMatch(p.EventTypes)
+			filter = "\n  AND " + cond
+		}
+		// Served by outbox_events_pending_idx: (available_at, id) among
+		// pending rows on SQLite, (status, available_at, id) on MySQL.
+		var now Time
+		events, err := queryEventsWith(ctx, tx, p.BatchSize, &now, `SELECT `+d.cols+`, `+d.d.Now()+`
+FROM `+d.table+`
+WHERE status = 'pending' AND available_at <= `+d.d.Now()+filter+`
+ORDER BY available_at, id
+LIMIT ?`+d.d.ForUpdateSkipLocked(), append(args, p.BatchSize)...)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			return nil
+		}
+		lockedUntil, err := d.parseStored(d.d.FormatTime(now.Add(p.Lease)))
+		if err != nil {
+			return err
+		}
+		ids := make([]int64, len(events))
+		for i := range events {
+			ids[i] = events[i].ID
+		}
+		upd := append([]any{p.RelayID, d.d.FormatTime(lockedUntil), d.d.FormatTime(now.Time)}, int64Args(ids)...)
+		if _, err := tx.ExecContext(ctx, `UPDATE `+d.table+`
+SET status = 'processing', locked_by = ?, locked_until = ?, updated_at = ?
+WHERE id IN (`+placeholders(len(ids))+`)`, upd...); err != nil {
+			return err
+		}
+		for i := range events {
+			e := &events[i]
+			e.Status, e.LockedBy, e.LockedUntil, e.UpdatedAt = driver.StatusProcessing, p.RelayID, lockedUntil, now.Time
+		}
+		claim = driver.Claim{Events: events, LockedUntil: lockedUntil}
+		return nil
+	})
+	return claim, err
+}
+
+// parseStored reads a timestamp back from its stored text form, so the
+// lease the relay keeps is exactly what the row holds.
+func (d *Driver) parseStored(s string) (time.Time, error) {
+	var t Time
+	err := t.Scan(s)
+	return t.Time, err
+}
+
+// fence is the WHERE clause a mark needs: the IDs, still processing, under
+// the same lease.
+func (d *Driver) fence(f driver.Fence, ids []int64) (string, []any) {
+	args := append(int64Args(ids), f.RelayID, d.d.FormatTime(f.LockedUntil))
+	return `id IN (` + placeholders(len(ids)) + `) AND status = 'processing' AND locked_by = ? AND locked_until = ?`, args
+}
+
+// MarkProcessed marks published events processed, or deletes or archives
+// them, if they still hold the fence.
+func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64, retention driver.Retention) (int64, error) {
+	where, args := d.fence(f, ids)
+	switch retention {
+	case driver.RetainDelete:
+		res, err := d.db.ExecContext(ctx, `DELETE FROM `+d.table+` WHERE `+where, args...)
+		if err != nil {
+			return 0, d.wrap(err)
+		}
+		return res.RowsAffected()
+	case driver.RetainArchive:
+		return d.archiveFenced(ctx, where, args)
+	}
+	res, err := d.db.ExecContext(ctx, `UPDATE `+d.table+`
+SET status = 'processed', processed_at = `+d.d.Now()+`, updated_at = `+d.d.Now()+`, locked_until = NULL
+WHERE `+where, args...)
+	if err != nil {
+		return 0, d.wrap(err)
+	}
+	return res.RowsAffected()
+}
+
+// archiveFenced moves the fenced rows to the archive table: it locks them
+// first, so the copy and the delete see the same rows.
+func (d *Driver) archiveFenced(ctx context.Context, where string, args []any) (int64, error) {
+	var n int64
+	err := d.inTx(ctx, func(tx Tx) error {
+		ids, err := queryIDs(ctx, tx, `SELECT id FROM `+d.table+d.d.ByID()+` WHERE `+where+d.d.ForUpdate(), args...)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		in := placeholders(len(ids))
+		const cols = `id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+    attempts, max_attempts, last_error, available_at, locked_by, created_at`
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+d.archive+` (`+cols+`, status, updated_at, processed_at)
+SELECT `+cols+`, 'processed', `+d.d.Now()+`, `+d.d.Now()+`
+FROM `+d.table+` WHERE id IN (`+in+`)`, int64Args(ids)...); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM `+d.table+` WHERE id IN (`+in+`)`, int64Args(ids)...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// MarkFailed records failed publishes. The rows still under the fence are
+// read and locked first; whether each one is dead is decided from its own
+// attempts and max_attempts as read under that lock, so an operator's change
+// to max_attempts during the publish still counts.
+func (d *Driver) MarkFailed(ctx context.Context, f driver.Fence, maxAttempts int, failures []driver.Failure) (driver.FailResult, error) {
+	var res driver.FailResult
+	ids := make([]int64, len(failures))
+	for i, fl := range failures {
+		ids[i] = fl.ID
+	}
+	err := d.inTx(ctx, func(tx Tx) error {
+		res = driver.FailResult{}
+		where, args := d.fence(f, ids)
+		holds, err := d.held(ctx, tx, where, args, maxAttempts)
+		if err != nil {
+			return err
+		}
+		for _, fl := range failures {
+			h, ok := holds[fl.ID]
+			if !ok {
+				continue // lost the lease: another relay owns the event
+			}
+			delete(holds, fl.ID) // a duplicate ID in failures counts once
+			if fl.Permanent || h.attempts+1 >= h.max {
+				// The attempts assignment comes last: MySQL evaluates SET
+				// left to right, with later expressions seeing earlier
+				// assignments.
+				_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+SET status = 'failed', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`, attempts = attempts + 1
+WHERE id = ?`, fl.Error, fl.ID)
+				res.Dead = append(res.Dead, fl.ID)
+			} else {
+				_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+SET status = 'pending', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`,
+    available_at = `+d.d.NowPlusMillis()+`, attempts = attempts + 1
+WHERE id = ?`, fl.Error, fl.Delay.Milliseconds(), fl.ID)
+				res.Retried = append(res.Retried, fl.ID)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return driver.FailResult{}, err
+	}
+	return res, nil
+}
+
+// held is an event's attempts and limit as MarkFailed reads them.
+type held struct{ attempts, max int }
+
+// held reads and locks the rows under the fence.
+func (d *Driver) held(ctx context.Context, tx Tx, where string, args []any, maxAttempts int) (map[int64]held, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, attempts, max_attempts FROM `+d.table+d.d.ByID()+` WHERE `+where+d.d.ForUpdate(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	holds := map[int64]held{}
+	for rows.Next() {
+		var (
+			id, attempts int64
+			maxA         *int64
+		)
+		if err := rows.Scan(&id, &attempts, &maxA); err != nil {
+			return nil, err
+		}
+		h := held{attempts: int(attempts), max: maxAttempts}
+		if maxA != nil {
+			h.max = int(*maxA)
+		}
+		holds[id] = h
+	}
+	return holds, rows.Err()
+}
+
+// Release returns events to pending without spending an attempt.
+func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
+	where, args := d.fence(f, ids)
+	res, err := d.db.ExecContext(ctx, `UPDATE `+d.table+`
+SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`
+WHERE `+where, args...)
+	if err != nil {
+		return 0, d.wrap(err)
+	}
+	return res.RowsAffected()
+}
+
+// RescueExpired returns up to limit events whose lease expired to pending.
+// It reads the processing index only, and skips rows a relay is marking
+// right now.
+func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) {
+	var ids []int64
+	err := d.inTx(ctx, func(tx Tx) error {
+		var err error
+		ids, err = queryIDs(ctx, tx, `SELECT id FROM `+d.table+`
+WHERE status = 'processing' AND locked_until < `+d.d.Now()+`
+ORDER BY locked_until
+LIMIT ?`+d.d.ForUpdateSkipLocked(), limit)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`,
+    last_error = `+d.d.Concat("'lease expired while held by relay '", "coalesce(locked_by, 'unknown')")+`
+WHERE id IN (`+placeholders(len(ids))+`)`, int64Args(ids)...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}

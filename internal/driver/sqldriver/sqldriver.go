@@ -1,0 +1,358 @@
+// Package sqldriver is the storage driver for databases reached through
+// database/sql: SQLite (sqlitedriver) and MySQL/MariaDB (mysqldriver). The
+// relay's and the operator's statements are the same shape on both, so they
+// live here once; each database package supplies a Dialect with its own SQL
+// fragments (clock, quoting, locking clauses), its migrations and its
+// writer's insert.
+//
+// Every statement that changes several rows does it as "select the IDs, then
+// change exactly those IDs" inside one short transaction: MySQL has no
+// UPDATE … RETURNING and forbids selecting from the table it updates in a
+// subquery, and the two-step form makes the claim's limit exact on both.
+// On MySQL the select takes row locks (FOR UPDATE [SKIP LOCKED]); on SQLite
+// the transaction itself is the lock (BEGIN IMMEDIATE: one writer at a time).
+//
+// This package imports no database client: the application opens *sql.DB
+// with the driver it chose.
+package sqldriver
+
+import (
+	"context"
+	"database/sql"
+	sqldrv "database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Querier is what a statement runs on: *sql.DB, *sql.Conn and *sql.Tx.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Dialect is what differs between the databases this package drives.
+type Dialect interface {
+	// Name is the database's name in errors ("sqlite", "mysql").
+	Name() string
+	// Quote quotes one identifier.
+	Quote(ident string) string
+	// Table returns the quoted, schema-qualified name of table.
+	Table(schema, table string) string
+	// Now is the database clock as stored in timestamp columns.
+	Now() string
+	// NowPlusMillis is Now plus the milliseconds bound to its one
+	// placeholder (which may be negative).
+	NowPlusMillis() string
+	// FormatTime renders t as the database stores timestamps, for binding
+	// and exact comparison (the fence).
+	FormatTime(t time.Time) string
+	// Concat concatenates two SQL string expressions.
+	Concat(a, b string) string
+	// TypeMatch returns the condition that matches event_type against
+	// one of globs (* matches any run of characters, case-sensitively),
+	// with its arguments.
+	TypeMatch(globs []string) (string, []any)
+	// ForUpdate and ForUpdateSkipLocked are appended to the selects that
+	// pick rows to change; empty where the transaction itself serializes
+	// writers (SQLite).
+	ForUpdate() string
+	ForUpdateSkipLocked() string
+	// ByID follows the table in a locking select by an ID list: MySQL's
+	// optimizer may pick a full index scan on a small table, which would
+	// lock (or wait on) every row it reads.
+	ByID() string
+	// Begin starts a short write transaction.
+	Begin(ctx context.Context, db *sql.DB) (Tx, error)
+	// TableExists reports whether table exists in schema.
+	TableExists(ctx context.Context, q Querier, schema, table string) (bool, error)
+	// EstimateRows returns the database's estimate of the table's rows.
+	EstimateRows(ctx context.Context, q Querier, schema string) (int64, error)
+	// InsertedCount returns a running count of rows inserted into
+	// outbox_events (the ID counter).
+	InsertedCount(ctx context.Context, q Querier, schema string) (int64, error)
+	// Migrations returns the embedded migrations.
+	Migrations() []Migration
+	// MigrationSQL renders every migration for schema as one script.
+	MigrationSQL(schema string) string
+	// Migrate applies the missing migrations under the dialect's lock.
+	Migrate(ctx context.Context, db *sql.DB, schema string) ([]Migration, error)
+	// SchemaVersion returns the highest applied migration, 0 for none.
+	SchemaVersion(ctx context.Context, db *sql.DB, schema string) (int, error)
+	// IsNoTable reports whether err says a table does not exist.
+	IsNoTable(err error) bool
+}
+
+// Tx is a short write transaction.
+type Tx interface {
+	Querier
+	Commit() error
+	Rollback() error
+}
+
+// Driver is an outbox table reached through database/sql.
+type Driver struct {
+	db      *sql.DB
+	d       Dialect
+	schema  string
+	table   string // quoted outbox_events
+	archive string // quoted outbox_events_archive
+	cols    string // eventColumns("")
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns the driver for the outbox table in schema.
+func New(db *sql.DB, d Dialect, schema string) *Driver {
+	return &Driver{
+		db: db, d: d, schema: schema,
+		table:   d.Table(schema, "outbox_events"),
+		archive: d.Table(schema, "outbox_events_archive"),
+		cols:    eventColumns(""),
+	}
+}
+
+// Table is the quoted, schema-qualified outbox table.
+func (d *Driver) Table() string { return d.table }
+
+// Dialect is the driver's dialect.
+func (d *Driver) Dialect() Dialect { return d.d }
+
+// Ping checks the connection and that the table exists.
+func (d *Driver) Ping(ctx context.Context) error {
+	if err := d.db.PingContext(ctx); err != nil {
+		return err
+	}
+	ok, err := d.d.TableExists(ctx, d.db, d.schema, "outbox_events")
+	if err != nil {
+		return d.wrap(err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s", driver.ErrNoTable, d.table)
+	}
+	return nil
+}
+
+// Migrate applies the missing migrations.
+func (d *Driver) Migrate(ctx context.Context) ([]driver.Migration, error) {
+	ms, err := d.d.Migrate(ctx, d.db, d.schema)
+	return infos(ms), err
+}
+
+// MigrationSQL returns every migration as one script.
+func (d *Driver) MigrationSQL() string { return d.d.MigrationSQL(d.schema) }
+
+// Migrations lists the embedded migrations.
+func (d *Driver) Migrations() []driver.Migration { return infos(d.d.Migrations()) }
+
+// SchemaVersion returns the highest applied migration.
+func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
+	return d.d.SchemaVersion(ctx, d.db, d.schema)
+}
+
+func infos(ms []Migration) []driver.Migration {
+	out := make([]driver.Migration, len(ms))
+	for i, m := range ms {
+		out[i] = driver.Migration{Version: m.Version, Name: m.Name}
+	}
+	return out
+}
+
+// wrap maps a missing-table error to driver.ErrNoTable.
+func (d *Driver) wrap(err error) error { return WrapError(d.d, err) }
+
+// WrapError maps a missing-table error to driver.ErrNoTable and leaves
+// others as they are.
+func WrapError(d Dialect, err error) error {
+	if err == nil || errors.Is(err, driver.ErrNoTable) {
+		return err
+	}
+	if d.IsNoTable(err) {
+		return fmt.Errorf("%w: %w", driver.ErrNoTable, err)
+	}
+	return err
+}
+
+// inTx runs fn in a short write transaction and commits it.
+func (d *Driver) inTx(ctx context.Context, fn func(tx Tx) error) error {
+	tx, err := d.d.Begin(ctx, d.db)
+	if err != nil {
+		return d.wrap(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return d.wrap(err)
+	}
+	return d.wrap(tx.Commit())
+}
+
+// ConnTx is a transaction begun with a statement (BEGIN IMMEDIATE) on a
+// connection of its own, for what database/sql's BeginTx cannot express.
+type ConnTx struct {
+	*sql.Conn
+	ctx  context.Context
+	done bool
+}
+
+// BeginConn takes a connection from db and runs begin on it.
+func BeginConn(ctx context.Context, db *sql.DB, begin string) (*ConnTx, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return &ConnTx{Conn: conn, ctx: ctx}, nil
+}
+
+// Commit commits and returns the connection to the pool.
+func (t *ConnTx) Commit() error {
+	if t.done {
+		return sql.ErrTxDone
+	}
+	if _, err := t.ExecContext(context.WithoutCancel(t.ctx), "COMMIT"); err != nil {
+		_ = t.Rollback()
+		return err
+	}
+	t.done = true
+	return t.Close()
+}
+
+// Rollback rolls back and returns the connection to the pool; a connection
+// whose rollback failed may still be inside the transaction, so it is
+// discarded instead.
+func (t *ConnTx) Rollback() error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	if _, err := t.ExecContext(context.WithoutCancel(t.ctx), "ROLLBACK"); err != nil {
+		_ = t.Raw(func(any) error { return sqldrv.ErrBadConn })
+		_ = t.Close()
+		return err
+	}
+	return t.Close()
+}
+
+// placeholders returns "?, ?, …" for n values.
+func placeholders(n int) string {
+	if n == 0 {
+		return "NULL" // IN (NULL) matches nothing
+	}
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func int64Args(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
+}
+
+func stringArgs(ss []string) []any {
+	args := make([]any, len(ss))
+	for i, s := range ss {
+		args[i] = s
+	}
+	return args
+}
+
+// eventColumns is the column list scanEvent reads; prefix is a table alias
+// with its dot, or empty.
+func eventColumns(prefix string) string {
+	cols := []string{
+		"id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "idempotency_key",
+		"status", "attempts", "max_attempts", "last_error", "available_at", "locked_until", "locked_by",
+		"created_at", "updated_at", "processed_at",
+	}
+	for i, c := range cols {
+		cols[i] = prefix + c
+	}
+	return strings.Join(cols, ", ")
+}
+
+// scanner is *sql.Rows or *sql.Row.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanEvent reads one row in eventColumns order, plus extra trailing
+// destinations.
+func scanEvent(s scanner, extra ...any) (driver.Event, error) {
+	var (
+		e                           driver.Event
+		aggType, aggID, key         sql.NullString
+		lastErr, lockedBy           sql.NullString
+		maxAttempts                 sql.NullInt64
+		payload, headers            sql.RawBytes
+		available, created, updated Time
+		lockedUntil, processedAt    Time
+	)
+	dest := append([]any{&e.ID, &e.EventType, &aggType, &aggID, &payload, &headers, &key, &e.Status,
+		&e.Attempts, &maxAttempts, &lastErr, &available, &lockedUntil, &lockedBy, &created, &updated,
+		&processedAt}, extra...)
+	if err := s.Scan(dest...); err != nil {
+		return e, err
+	}
+	e.AggregateType, e.AggregateID, e.IdempotencyKey = aggType.String, aggID.String, key.String
+	e.LastError, e.LockedBy, e.MaxAttempts = lastErr.String, lockedBy.String, int(maxAttempts.Int64)
+	e.Payload = append([]byte(nil), payload...)
+	var err error
+	if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
+		return e, fmt.Errorf("event %d: %w", e.ID, err)
+	}
+	e.AvailableAt, e.LockedUntil, e.CreatedAt = available.Time, lockedUntil.Time, created.Time
+	e.UpdatedAt, e.ProcessedAt = updated.Time, processedAt.Time
+	return e, nil
+}
+
+// queryEvents runs a query whose columns are eventColumns.
+func queryEvents(ctx context.Context, q Querier, capacity int, query string, args ...any) ([]driver.Event, error) {
+	return queryEventsWith(ctx, q, capacity, nil, query, args...)
+}
+
+// queryEventsWith is queryEvents for a query with one more column, scanned
+// into extra (unless nil).
+func queryEventsWith(ctx context.Context, q Querier, capacity int, extra any, query string, args ...any) ([]driver.Event, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var more []any
+	if extra != nil {
+		more = []any{extra}
+	}
+	events := make([]driver.Event, 0, capacity)
+	for rows.Next() {
+		e, err := scanEvent(rows, more...)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	return events, rows.Err()
+}
+
+// queryIDs runs a query whose one column is an ID.
+func queryIDs(ctx context.Context, q Querier, query string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

@@ -1,0 +1,215 @@
+// Package sqlitedriver is the SQLite storage driver, for *sql.DB opened with
+// a pure-Go or cgo SQLite driver (the outbox CLI uses modernc.org/sqlite).
+// Its SQL is here; the statements' shape is shared with MySQL in sqldriver.
+//
+// SQLite has one writer at a time: every statement that changes rows runs in
+// a BEGIN IMMEDIATE transaction, which takes the write lock up front (waiting
+// up to the connection's busy_timeout) instead of failing to upgrade a read
+// lock half way. Relays in several processes on one file stay correct: the
+// claim's select and update happen under that lock, and leases and fences
+// work as on PostgreSQL. Open the database in WAL mode with a busy timeout
+// so readers never block the writer (see DSNParams).
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/driver/sqldriver"
+)
+
+//go:embed migration/*.sql
+var migrationFS embed.FS
+
+// SchemaDefault is the attached database that holds the outbox tables when
+// the outbox's default schema ("public") is asked for.
+const SchemaDefault = "main"
+
+// DSNParams are the connection settings the outbox needs, as
+// modernc.org/sqlite query parameters: WAL so that readers and the single
+// writer do not block each other, a busy timeout so that a writer waits for
+// the lock instead of failing at once, and NORMAL synchronous, which is
+// durable in WAL mode except for the last commits at a power loss.
+const DSNParams = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+
+// timeLayout is how timestamps are stored: SQLite's
+// strftime('%Y-%m-%d %H:%M:%f'), UTC, milliseconds.
+const timeLayout = "2006-01-02 15:04:05.000"
+
+// now is the database clock in the stored form.
+const now = `strftime('%Y-%m-%d %H:%M:%f', 'now')`
+
+// New returns the driver for the outbox tables in schema (an attached
+// database's name; "" and "public" mean main).
+func New(db *sql.DB, schema string) *sqldriver.Driver {
+	return sqldriver.New(db, Dialect{}, schemaName(schema))
+}
+
+func schemaName(s string) string {
+	if s == "" || s == "public" {
+		return SchemaDefault
+	}
+	return s
+}
+
+// Dialect is SQLite's part of the shared driver.
+type Dialect struct{}
+
+var _ sqldriver.Dialect = Dialect{}
+
+// Name implements sqldriver.Dialect.
+func (Dialect) Name() string { return "sqlite" }
+
+// Quote quotes one identifier.
+func (Dialect) Quote(s string) string { return quote(s) }
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Table returns schema.table, quoted.
+func (Dialect) Table(schema, table string) string {
+	return quote(schemaName(schema)) + "." + quote(table)
+}
+
+// Now is SQLite's clock, UTC, in the stored form.
+func (Dialect) Now() string { return now }
+
+// NowPlusMillis adds the bound milliseconds with a modifier: exact to the
+// millisecond, which is the clock's precision.
+func (Dialect) NowPlusMillis() string {
+	return `strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+.3f seconds', ? / 1000.0))`
+}
+
+// FormatTime renders t as stored.
+func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
+
+// FormatTime renders t in UTC as the outbox stores timestamps in SQLite,
+// truncated to the millisecond.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// Concat concatenates with ||.
+func (Dialect) Concat(a, b string) string { return a + " || " + b }
+
+// TypeMatch uses GLOB, which is case-sensitive (SQLite's LIKE is not, for
+// ASCII): * stays the wildcard, and GLOB's own special characters are
+// bracketed to match themselves.
+func (Dialect) TypeMatch(globs []string) (string, []any) {
+	conds := make([]string, len(globs))
+	args := make([]any, len(globs))
+	for i, g := range globs {
+		conds[i] = `"event_type" GLOB ?`
+		args[i] = globEscaper.Replace(g)
+	}
+	return "(" + strings.Join(conds, " OR ") + ")", args
+}
+
+var globEscaper = strings.NewReplacer("?", "[?]", "[", "[[]")
+
+// ForUpdate is empty: BEGIN IMMEDIATE already holds the only write lock.
+func (Dialect) ForUpdate() string { return "" }
+
+// ForUpdateSkipLocked is empty for the same reason: with one writer at a
+// time there is nothing locked to skip, and a selected row cannot change
+// before the update that follows it in the same transaction.
+func (Dialect) ForUpdateSkipLocked() string { return "" }
+
+// ByID is empty: SQLite takes no row locks.
+func (Dialect) ByID() string { return "" }
+
+// Begin starts a BEGIN IMMEDIATE transaction on a connection of its own.
+func (Dialect) Begin(ctx context.Context, db *sql.DB) (sqldriver.Tx, error) {
+	return sqldriver.BeginConn(ctx, db, "BEGIN IMMEDIATE")
+}
+
+// TableExists looks table up in the schema's sqlite_master.
+func (Dialect) TableExists(ctx context.Context, q sqldriver.Querier, schema, table string) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM `+quote(schemaName(schema))+`.sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
+	return n > 0, err
+}
+
+// EstimateRows counts the rows: SQLite keeps no row estimate, and a count
+// over the primary key of an embedded file is cheap at the sizes SQLite is
+// used for.
+func (Dialect) EstimateRows(ctx context.Context, q sqldriver.Querier, schema string) (int64, error) {
+	var n int64
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM `+quote(schemaName(schema))+`."outbox_events"`).Scan(&n)
+	return n, err
+}
+
+// InsertedCount reads AUTOINCREMENT's counter: the highest ID ever given,
+// which deletes do not lower.
+func (Dialect) InsertedCount(ctx context.Context, q sqldriver.Querier, schema string) (int64, error) {
+	var n sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT max(seq) FROM `+quote(schemaName(schema))+`.sqlite_sequence WHERE name = 'outbox_events'`).Scan(&n)
+	return n.Int64, err
+}
+
+// IsNoTable reports SQLite's "no such table" (SQLITE_ERROR, told apart by
+// its message: the result code is shared by every SQL error).
+func (Dialect) IsNoTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table")
+}
+
+// Migrations returns the embedded migrations.
+func (Dialect) Migrations() []sqldriver.Migration { return Migrations() }
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() []sqldriver.Migration { return sqldriver.LoadMigrations(migrationFS, "migration") }
+
+func render(sqlText, schema string) string {
+	return strings.ReplaceAll(sqlText, "{{schema}}", quote(schemaName(schema)))
+}
+
+// MigrationSQL renders every migration as one script.
+func (Dialect) MigrationSQL(schema string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outbox schema for SQLite database %s, generated by outbox migrate --print\n", quote(schemaName(schema)))
+	b.WriteString("-- Open the database with journal_mode=WAL and a busy_timeout (see docs/databases.md).\n")
+	for _, m := range Migrations() {
+		fmt.Fprintf(&b, "\n-- migration %03d_%s\n%s", m.Version, m.Name, render(m.SQL, schema))
+	}
+	return b.String()
+}
+
+func versions(schema string) string { return quote(schemaName(schema)) + `."outbox_migrations"` }
+
+func versionsDDL(schema string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + versions(schema) + ` (
+    "version"    INTEGER PRIMARY KEY,
+    "name"       TEXT NOT NULL,
+    "applied_at" TEXT NOT NULL DEFAULT (` + now + `)
+)`
+}
+
+// Migrate applies the missing migrations in one BEGIN IMMEDIATE transaction:
+// SQLite's DDL is transactional, and the write lock makes a concurrent
+// migrator wait, then find nothing left to do.
+func (Dialect) Migrate(ctx context.Context, db *sql.DB, schema string) ([]sqldriver.Migration, error) {
+	tx, err := sqldriver.BeginConn(ctx, db, "BEGIN IMMEDIATE")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, versionsDDL(schema)); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	applied, err := sqldriver.ApplyMissing(ctx, tx, Migrations(), versions(schema), func(s string) string { return render(s, schema) })
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return applied, tx.Commit()
+}
+
+// SchemaVersion returns the highest applied migration, 0 for none.
+func (d Dialect) SchemaVersion(ctx context.Context, db *sql.DB, schema string) (int, error) {
+	ok, err := d.TableExists(ctx, db, schema, "outbox_migrations")
+	if err != nil || !ok {
+		return 0, err
+	}
+	return sqldriver.MaxVersion(ctx, db, versions(schema))
+}
