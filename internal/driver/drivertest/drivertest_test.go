@@ -38,3 +38,11 @@ func TestMariaDBWithMySQLWriter(t *testing.T) {
 	t.Parallel()
 	drivertest.Run(t, drivertest.MariaDB(outbox.DialectMySQL))
 }
+
+// BenchmarkDrain drains DrainEvents prefilled events through one relay on
+// each database: go test -run '^$' -bench Drain -benchtime 3x ./internal/driver/drivertest/
+func BenchmarkDrain(b *testing.B) {
+	for _, h := range []drivertest.Harness{drivertest.Postgres(), drivertest.SQLite(), drivertest.MariaDB(outbox.DialectMariaDB)} {
+		b.Run(h.Name, func(b *testing.B) { drivertest.BenchDrain(b, h) })
+	}
+}
