@@ -19,6 +19,23 @@
 // Publish may be called from many goroutines at once (run the suite under
 // -race), Publish returns promptly once its context ends, and errors caused
 // by a cancelled context are retryable, never permanent.
+//
+// # Relay scenarios
+//
+// RelayEndToEnd, RelayBrokerDown and RelayPoison run a real relay over an
+// outbox table in the test database (TEST_DATABASE_URL, default the local
+// PostgreSQL) with the sink under test, and read back what its broker got
+// through a RelayHarness: every CloudEvents attribute as stored, nothing
+// lost or dead-lettered while the broker is down or its connections are
+// cut, and poison events dead-lettered at once without holding back the
+// others. A sink's test keeps only what is its broker's own: how to read
+// messages back, how to break its connections, which events poison it.
+//
+//	func TestRelayEndToEnd(t *testing.T) {
+//		t.Parallel()
+//		b := newBroker(t)
+//		sinktest.RelayEndToEnd(t, sinktest.RelayHarness{Sink: b.sink(t), Received: b.received})
+//	}
 package sinktest
 
 import (

@@ -15,7 +15,14 @@ import (
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The shared test pool of the relay scenarios lives for the whole
+		// test binary.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	)
+}
 
 // memorySink is the simplest correct sink: it stores events in memory.
 // The suite must pass it with every optional capability enabled.

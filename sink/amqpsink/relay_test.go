@@ -1,221 +1,85 @@
 package amqpsink_test
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/amqpsink"
+	"github.com/outboxkit/outbox/sinktest"
 )
 
-// table is one test's outbox table.
-type table struct {
-	pool   *pgxpool.Pool
-	schema string
-	writer *outbox.Writer
-	mgr    *outbox.Manager
+// relayHarness reads back what c's queue got.
+func (c *consumer) relayHarness(s outbox.Sink) sinktest.RelayHarness {
+	return sinktest.RelayHarness{Sink: s, Received: c.received, ErrorText: "amqpsink"}
 }
 
-func newTable(t *testing.T) *table {
-	pool, schema := testutil.Schema(t)
-	return &table{
-		pool: pool, schema: schema,
-		writer: outbox.NewWriter(outbox.WriterConfig{Schema: schema}),
-		mgr:    outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: schema}),
+// received maps the messages for the relay scenarios: the CloudEvents
+// attributes are the prefixed headers and the content-type property.
+func (c *consumer) received(*testing.T) []sinktest.Received {
+	var rs []sinktest.Received
+	for _, m := range c.messages() {
+		attrs := map[string]string{"datacontenttype": m.ContentType}
+		for name, v := range m.Headers {
+			s, _ := v.(string)
+			switch {
+			case strings.HasPrefix(name, amqpsink.PropertyPrefixDefault):
+				attrs[strings.TrimPrefix(name, amqpsink.PropertyPrefixDefault)] = s
+			case name == "traceparent" || name == "tracestate":
+				attrs[name] = s
+			}
+		}
+		rs = append(rs, sinktest.Received{Attributes: attrs, Payload: m.Body, Message: m})
 	}
-}
-
-// write stores msgs in one transaction and returns their IDs.
-func (tb *table) write(t *testing.T, msgs ...outbox.Message) []int64 {
-	t.Helper()
-	var ids []int64
-	err := pgx.BeginFunc(t.Context(), tb.pool, func(tx pgx.Tx) error {
-		res, err := tb.writer.Write(t.Context(), tx, msgs...)
-		ids = res.IDs
-		return err
-	})
-	require.NoError(t, err)
-	return ids
-}
-
-func (tb *table) stats(t *testing.T) outbox.Stats {
-	t.Helper()
-	s, err := tb.mgr.Stats(context.WithoutCancel(t.Context()))
-	require.NoError(t, err)
-	return s
-}
-
-func (tb *table) event(t *testing.T, id int64) outbox.Event {
-	t.Helper()
-	e, err := tb.mgr.Event(t.Context(), id)
-	require.NoError(t, err)
-	return e
-}
-
-// relay runs a fast-retrying relay over tb until the test ends.
-func (tb *table) relay(t *testing.T, sink outbox.Sink, maxAttempts int) *outbox.Relay {
-	t.Helper()
-	r, err := outbox.NewRelay(outbox.Postgres(tb.pool), outbox.RelayConfig{
-		Sink: sink, Schema: tb.schema, BatchSize: 10, PollInterval: 20 * time.Millisecond,
-		Lease: 5 * time.Second, SinkTimeout: 2 * time.Second, MaxAttempts: maxAttempts,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
-	return r
-}
-
-func order(i int) outbox.Message {
-	return outbox.Message{
-		EventType: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i),
-		Payload:       map[string]any{"n": i, "note": "zoë <&>"},
-		CorrelationID: fmt.Sprintf("corr-%d", i), CausationID: "cmd-1", SchemaVersion: "3",
-		Headers: map[string]string{
-			outbox.HeaderTraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			"tenant":                 "acme",
-		},
-	}
+	return rs
 }
 
 func TestRelayEndToEnd(t *testing.T) {
 	t.Parallel()
-	tb := newTable(t)
 	a := newAdmin(t)
 	exchange := a.exchange(t)
 	c := a.consume(t, exchange, "order.#")
-	s := newSink(t, amqpsink.Config{Exchange: exchange, Source: "urn:test"})
-
-	const n = 25
-	msgs := make([]outbox.Message, n)
-	for i := range msgs {
-		msgs[i] = order(i)
-	}
-	ids := tb.write(t, msgs...)
-	tb.relay(t, s, 5)
-
-	testutil.WaitFor(t, 10*time.Second, "every event on the queue", func() bool { return len(c.byID()) == n })
-	testutil.WaitFor(t, 5*time.Second, "every event marked processed", func() bool { return tb.stats(t).Processed == n })
-	got := c.byID()
-	for i, id := range ids {
-		stored := tb.event(t, id)
-		m, ok := got[strconv.FormatInt(id, 10)]
-		require.True(t, ok, "event %d", id)
-		require.Equal(t, string(stored.Payload), string(m.Body), "payload bytes as stored")
+	h := c.relayHarness(newSink(t, amqpsink.Config{Exchange: exchange, Source: "urn:test"}))
+	h.Source = "urn:test"
+	h.Check = func(t *testing.T, _ outbox.Event, got sinktest.Received) {
+		m := got.Message.(amqp.Delivery)
 		require.Equal(t, "order.order.created", m.RoutingKey)
-		p := amqpsink.PropertyPrefixDefault
-		require.Equal(t, strconv.FormatInt(id, 10), m.Headers[p+"id"])
-		require.Equal(t, "order.created", m.Headers[p+"type"])
-		require.Equal(t, "urn:test", m.Headers[p+"source"])
-		require.Equal(t, fmt.Sprintf("o-%d", i), m.Headers[p+"subject"])
-		require.Equal(t, stored.CreatedAt.UTC().Format(time.RFC3339Nano), m.Headers[p+"time"])
-		require.Equal(t, fmt.Sprintf("corr-%d", i), m.Headers[p+"correlationid"])
-		require.Equal(t, "cmd-1", m.Headers[p+"causationid"])
-		require.Equal(t, "3", m.Headers[p+"schemaversion"])
-		require.Equal(t, "acme", m.Headers[p+"tenant"])
-		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", m.Headers["traceparent"])
+		require.Equal(t, got.Attributes["id"], m.MessageId, "message-id is the event ID")
 	}
+	sinktest.RelayEndToEnd(t, h)
 }
 
 func TestRelayLosesNothingWhileBrokerIsDown(t *testing.T) {
 	t.Parallel()
-	tb := newTable(t)
 	a := newAdmin(t)
 	exchange := a.exchange(t)
 	c := a.consume(t, exchange, "#")
 	p := tcpproxy.Start(t, brokerAddr(t))
-	s := newSink(t, amqpsink.Config{URL: urlVia(t, p.Addr()), Exchange: exchange, ReconnectWait: 100 * time.Millisecond})
-
-	// Down when the relay starts.
-	p.Refuse()
-	const first = 20
-	msgs := make([]outbox.Message, first)
-	for i := range msgs {
-		msgs[i] = order(i)
-	}
-	tb.write(t, msgs...)
-	tb.relay(t, s, 1000)
-	testutil.WaitFor(t, 10*time.Second, "failed publishes while the broker is down", func() bool {
-		events, err := tb.mgr.ListEvents(t.Context(), outbox.ListParams{Status: outbox.StatusPending})
-		require.NoError(t, err)
-		for _, e := range events {
-			if e.Attempts > 0 {
-				require.Contains(t, e.LastError, "amqpsink")
-				return true
-			}
-		}
-		return false
-	})
-	require.Empty(t, c.messages())
-	p.Allow()
-	testutil.WaitFor(t, 15*time.Second, "the backlog delivered", func() bool { return tb.stats(t).Processed == first })
-
-	// Cut mid-run, while events keep coming: once right after a write,
-	// when a publish is likely in flight, once when the relay is idle.
-	total := first
-	for round := range 4 {
-		accepted := p.Accepted()
-		for i := range 10 {
-			tb.write(t, order(100*(round+1)+i))
-			total++
-		}
-		if round%2 == 1 {
-			testutil.WaitFor(t, 15*time.Second, "the round delivered", func() bool { return tb.stats(t).Processed == int64(total) })
-		}
-		p.Cut()
-		testutil.WaitFor(t, 10*time.Second, "a reconnect", func() bool { return p.Accepted() > accepted })
-	}
-	testutil.WaitFor(t, 20*time.Second, "every event processed", func() bool { return tb.stats(t).Processed == int64(total) })
-	testutil.WaitFor(t, 5*time.Second, "every event on the queue", func() bool { return len(c.byID()) == total })
-	st := tb.stats(t)
-	require.Zero(t, st.Failed)
-	require.Zero(t, st.Pending)
-	require.GreaterOrEqual(t, len(c.messages()), total, "duplicates are allowed, losses are not")
+	h := c.relayHarness(newSink(t, amqpsink.Config{URL: urlVia(t, p.Addr()), Exchange: exchange, ReconnectWait: 100 * time.Millisecond}))
+	h.Faults = p
+	h.ReconnectsIdle = true // the sink's supervisor redials at once
+	sinktest.RelayBrokerDown(t, h)
 }
 
 func TestRelayDeadLettersPoisonWithoutBlockingOthers(t *testing.T) {
 	t.Parallel()
-	tb := newTable(t)
 	a := newAdmin(t)
 	exchange := a.exchange(t)
 	c := a.consume(t, exchange, "order.#")
-	s := newSink(t, amqpsink.Config{Exchange: exchange, UnroutablePermanent: true})
-
-	tooLong := order(1)
-	tooLong.Headers = map[string]string{route.Header: strings.Repeat("x", 300)}
-	unroutable := order(2)
-	unroutable.AggregateType = "nobody"
-	ids := tb.write(t, order(0), tooLong, unroutable, order(3))
-	tb.relay(t, s, 5)
-
-	testutil.WaitFor(t, 10*time.Second, "the batch settled", func() bool {
-		st := tb.stats(t)
-		return st.Processed == 2 && st.Failed == 2
-	})
-	require.Len(t, c.byID(), 2)
-	dead := tb.event(t, ids[1])
-	require.Equal(t, outbox.StatusFailed, dead.Status)
-	require.Equal(t, 1, dead.Attempts, "a permanent error dead-letters at once")
-	require.Contains(t, dead.LastError, "longer than the 255 AMQP allows")
-	dead = tb.event(t, ids[2])
-	require.Equal(t, outbox.StatusFailed, dead.Status)
-	require.Equal(t, 1, dead.Attempts)
-	require.Contains(t, dead.LastError, `no queue for routing key "nobody.order.created"`)
+	sinktest.RelayPoison(t, c.relayHarness(newSink(t, amqpsink.Config{Exchange: exchange, UnroutablePermanent: true})),
+		sinktest.Poison{
+			Message: outbox.Message{EventType: "order.created", Headers: map[string]string{route.Header: strings.Repeat("x", 300)}, Payload: map[string]int{}},
+			Error:   "longer than the 255 AMQP allows",
+		},
+		sinktest.Poison{
+			Message: outbox.Message{EventType: "order.created", AggregateType: "nobody", Payload: map[string]int{}},
+			Error:   `no queue for routing key "nobody.order.created"`,
+		},
+	)
 }

@@ -94,18 +94,6 @@ func entries(t *testing.T, rdb *redis.Client, stream string) []redis.XMessage {
 	return msgs
 }
 
-// byID indexes entries by their id field, keeping the first of duplicates.
-func byID(msgs []redis.XMessage) map[string]redis.XMessage {
-	m := make(map[string]redis.XMessage)
-	for _, msg := range msgs {
-		id, _ := msg.Values["id"].(string)
-		if _, ok := m[id]; !ok {
-			m[id] = msg
-		}
-	}
-	return m
-}
-
 // deliveries maps a stream's entries for sinktest.
 func deliveries(rdb *redis.Client, stream string) func(t *testing.T) []sinktest.Delivery {
 	return func(t *testing.T) []sinktest.Delivery {

@@ -1,212 +1,73 @@
 package redissink_test
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
-	"strconv"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/redissink"
+	"github.com/outboxkit/outbox/sinktest"
 )
 
-// table is one test's outbox table.
-type table struct {
-	pool   *pgxpool.Pool
-	schema string
-	writer *outbox.Writer
-	mgr    *outbox.Manager
-}
-
-func newTable(t *testing.T) *table {
-	pool, schema := testutil.Schema(t)
-	return &table{
-		pool: pool, schema: schema,
-		writer: outbox.NewWriter(outbox.WriterConfig{Schema: schema}),
-		mgr:    outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: schema}),
+// relayHarness reads stream back: each entry's fields are the CloudEvents
+// attributes and the payload, as data.
+func relayHarness(rdb *redis.Client, stream string, s outbox.Sink) sinktest.RelayHarness {
+	received := func(t *testing.T) []sinktest.Received {
+		var rs []sinktest.Received
+		for _, m := range entries(t, rdb, stream) {
+			r := sinktest.Received{Attributes: map[string]string{}, Message: m}
+			for name, v := range m.Values {
+				s, _ := v.(string)
+				if name == "data" {
+					r.Payload = []byte(s)
+					continue
+				}
+				r.Attributes[name] = s
+			}
+			rs = append(rs, r)
+		}
+		return rs
 	}
-}
-
-// write stores msgs in one transaction and returns their IDs.
-func (tb *table) write(t *testing.T, msgs ...outbox.Message) []int64 {
-	t.Helper()
-	var ids []int64
-	err := pgx.BeginFunc(t.Context(), tb.pool, func(tx pgx.Tx) error {
-		res, err := tb.writer.Write(t.Context(), tx, msgs...)
-		ids = res.IDs
-		return err
-	})
-	require.NoError(t, err)
-	return ids
-}
-
-func (tb *table) stats(t *testing.T) outbox.Stats {
-	t.Helper()
-	s, err := tb.mgr.Stats(context.WithoutCancel(t.Context()))
-	require.NoError(t, err)
-	return s
-}
-
-func (tb *table) event(t *testing.T, id int64) outbox.Event {
-	t.Helper()
-	e, err := tb.mgr.Event(t.Context(), id)
-	require.NoError(t, err)
-	return e
-}
-
-// relay runs a fast-retrying relay over tb until the test ends.
-func (tb *table) relay(t *testing.T, sink outbox.Sink, maxAttempts int) *outbox.Relay {
-	t.Helper()
-	r, err := outbox.NewRelay(outbox.Postgres(tb.pool), outbox.RelayConfig{
-		Sink: sink, Schema: tb.schema, BatchSize: 10, PollInterval: 20 * time.Millisecond,
-		Lease: 5 * time.Second, SinkTimeout: 2 * time.Second, MaxAttempts: maxAttempts,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
-	return r
-}
-
-func order(i int) outbox.Message {
-	return outbox.Message{
-		EventType: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i),
-		Payload:       map[string]any{"n": i, "note": "zoë <&>"},
-		CorrelationID: fmt.Sprintf("corr-%d", i), CausationID: "cmd-1", SchemaVersion: "3",
-		Headers: map[string]string{
-			outbox.HeaderTraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			"tenant":                 "acme",
-		},
+	return sinktest.RelayHarness{
+		Sink: s, Received: received,
+		Stored:    func(t *testing.T) int { return len(entries(t, rdb, stream)) },
+		ErrorText: "redissink",
 	}
 }
 
 func TestRelayEndToEnd(t *testing.T) {
 	t.Parallel()
-	tb := newTable(t)
 	rdb := admin(t)
 	stream := uniqueKey(t, rdb)
-	s := newSink(t, redissink.Config{Router: fixed(t, stream), Source: "urn:test"})
-
-	const n = 25
-	msgs := make([]outbox.Message, n)
-	for i := range msgs {
-		msgs[i] = order(i)
-	}
-	ids := tb.write(t, msgs...)
-	tb.relay(t, s, 5)
-
-	testutil.WaitFor(t, 10*time.Second, "every event processed", func() bool { return tb.stats(t).Processed == n })
-	got := byID(entries(t, rdb, stream))
-	require.Len(t, got, n)
-	for i, id := range ids {
-		stored := tb.event(t, id)
-		m, ok := got[strconv.FormatInt(id, 10)]
-		require.True(t, ok, "event %d", id)
-		v := m.Values
-		require.Equal(t, string(stored.Payload), v["data"], "payload bytes as stored")
-		require.Equal(t, "order.created", v["type"])
-		require.Equal(t, "urn:test", v["source"])
-		require.Equal(t, fmt.Sprintf("o-%d", i), v["subject"])
-		require.Equal(t, stored.CreatedAt.UTC().Format(time.RFC3339Nano), v["time"])
-		require.Equal(t, "order", v["aggregatetype"])
-		require.Equal(t, fmt.Sprintf("corr-%d", i), v["correlationid"])
-		require.Equal(t, "cmd-1", v["causationid"])
-		require.Equal(t, "3", v["schemaversion"])
-		require.Equal(t, "acme", v["tenant"])
-		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", v["traceparent"])
-	}
+	h := relayHarness(rdb, stream, newSink(t, redissink.Config{Router: fixed(t, stream), Source: "urn:test"}))
+	h.Source = "urn:test"
+	sinktest.RelayEndToEnd(t, h)
 }
 
 func TestRelayLosesNothingWhileServerIsDown(t *testing.T) {
 	t.Parallel()
-	tb := newTable(t)
 	rdb := admin(t)
 	stream := uniqueKey(t, rdb)
 	p := tcpproxy.Start(t, serverAddr(t))
-	s := newSink(t, redissink.Config{URL: urlVia(t, p.Addr()), Router: fixed(t, stream)})
-
-	// Down when the relay starts.
-	p.Refuse()
-	const first = 20
-	msgs := make([]outbox.Message, first)
-	for i := range msgs {
-		msgs[i] = order(i)
-	}
-	tb.write(t, msgs...)
-	tb.relay(t, s, 1000)
-	testutil.WaitFor(t, 10*time.Second, "failed publishes while the server is down", func() bool {
-		events, err := tb.mgr.ListEvents(t.Context(), outbox.ListParams{Status: outbox.StatusPending})
-		require.NoError(t, err)
-		for _, e := range events {
-			if e.Attempts > 0 {
-				require.Contains(t, e.LastError, "redissink")
-				return true
-			}
-		}
-		return false
-	})
-	require.Empty(t, entries(t, rdb, stream))
-	p.Allow()
-	testutil.WaitFor(t, 15*time.Second, "the backlog delivered", func() bool { return tb.stats(t).Processed == first })
-
-	// Cut mid-run, while events keep coming: once right after a write,
-	// when a publish is likely in flight, once when the relay is idle.
-	total := first
-	for round := range 4 {
-		for i := range 10 {
-			tb.write(t, order(100*(round+1)+i))
-			total++
-		}
-		if round%2 == 1 {
-			testutil.WaitFor(t, 15*time.Second, "the round delivered", func() bool { return tb.stats(t).Processed == int64(total) })
-		}
-		p.Cut()
-	}
-	testutil.WaitFor(t, 20*time.Second, "every event processed", func() bool { return tb.stats(t).Processed == int64(total) })
-	got := entries(t, rdb, stream)
-	require.Len(t, byID(got), total, "every event is in the stream")
-	require.GreaterOrEqual(t, len(got), total, "duplicates are allowed, losses are not")
-	st := tb.stats(t)
-	require.Zero(t, st.Failed)
-	require.Zero(t, st.Pending)
-	require.Greater(t, p.Accepted(), 2, "the sink reconnected")
+	h := relayHarness(rdb, stream, newSink(t, redissink.Config{URL: urlVia(t, p.Addr()), Router: fixed(t, stream)}))
+	h.Faults = p // go-redis dials again on the next command, not before
+	sinktest.RelayBrokerDown(t, h)
 }
 
 func TestRelayDeadLettersPoisonWithoutBlockingOthers(t *testing.T) {
 	t.Parallel()
-	tb := newTable(t)
 	rdb := admin(t)
 	stream := uniqueKey(t, rdb)
 	notAStream := uniqueKey(t, rdb)
 	require.NoError(t, rdb.Set(t.Context(), notAStream, "a string", 0).Err())
-	s := newSink(t, redissink.Config{Router: fixed(t, stream)})
-
-	poison := order(1)
-	poison.Headers = map[string]string{route.Header: notAStream}
-	ids := tb.write(t, order(0), poison, order(2))
-	tb.relay(t, s, 5)
-
-	testutil.WaitFor(t, 10*time.Second, "the batch settled", func() bool {
-		st := tb.stats(t)
-		return st.Processed == 2 && st.Failed == 1
-	})
-	require.Len(t, byID(entries(t, rdb, stream)), 2)
-	dead := tb.event(t, ids[1])
-	require.Equal(t, outbox.StatusFailed, dead.Status)
-	require.Equal(t, 1, dead.Attempts, "a permanent error dead-letters at once")
-	require.Contains(t, dead.LastError, "holds a value that is not a stream")
+	sinktest.RelayPoison(t, relayHarness(rdb, stream, newSink(t, redissink.Config{Router: fixed(t, stream)})),
+		sinktest.Poison{
+			Message: outbox.Message{EventType: "order.created", Headers: map[string]string{route.Header: notAStream}, Payload: map[string]int{}},
+			Error:   "holds a value that is not a stream",
+		},
+	)
 }
