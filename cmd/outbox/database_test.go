@@ -41,7 +41,7 @@ func TestDatabaseURLPasswordNeverPrinted(t *testing.T) {
 		{"bad sslmode", "postgres://bob:" + pw + "@127.0.0.1/db?sslmode=sometimes", 2, []string{"invalid --database-url:", "sslmode is invalid"}},
 		{"key value", "host=127.0.0.1 password=" + pw + " port=nope", 2, []string{"invalid --database-url:", "password=xxxxx"}},
 		{"key value quoted", "host=127.0.0.1 password='" + pw + " x' port=nope", 2, []string{"invalid --database-url:"}},
-		{"not a URL", "mysql://bob:" + pw + "@127.0.0.1/db", 2, []string{"invalid --database-url:"}},
+		{"unknown scheme", "redis://bob:" + pw + "@127.0.0.1/db", 2, []string{"invalid --database-url:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,5 +87,27 @@ func TestPasswordNotLoggedOnSuccess(t *testing.T) {
 		require.Equal(t, 0, res.code, res.stderr)
 		require.NotContains(t, res.stdout+res.stderr, pw)
 		require.True(t, strings.Contains(res.stderr, "connected"), "debug log expected: %s", res.stderr)
+	}
+}
+
+// TestDatabaseURLOtherDatabasesPasswordNeverPrinted covers the database/sql
+// URL kinds of the commands that open them through internal/dburl.
+func TestDatabaseURLOtherDatabasesPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
+	const pw = "Hunter2Secret"
+	for _, tt := range []struct {
+		url  string
+		code int
+		want string
+	}{
+		{"mysql://bob:" + pw + "@127.0.0.1:1/db?timeout=5s", 1, "connect to mysql://bob:xxxxx@127.0.0.1:1/db"},
+		{"mysql://bob:" + pw + "@127.0.0.1:port/db", 2, "invalid --database-url:"},
+		{"sqlite://relative.db", 2, "names a host: use sqlite:///absolute/path.db or sqlite:relative/path.db"},
+	} {
+		for _, args := range [][]string{{"stats"}, {"events", "list"}, {"migrate"}} {
+			res := run(t, nil, append([]string{"--database-url", tt.url}, args...)...)
+			requireFail(t, res, tt.code, tt.want)
+			require.NotContains(t, res.stderr+res.stdout, pw)
+		}
 	}
 }

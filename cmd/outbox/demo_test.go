@@ -2,6 +2,9 @@ package main_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -42,4 +45,31 @@ func TestDemoRefusesSchemaItDidNotCreate(t *testing.T) {
 	require.Equal(t, 2, res.code)
 	require.Contains(t, res.stderr, `outbox: schema "`+b.schema+`" exists and was not created by outbox demo`)
 	require.Zero(t, b.stats(t).Pending+b.stats(t).Processed)
+}
+
+// TestDemoRunsOnEmbeddedSQLite is `go run ./cmd/outbox demo` on a machine
+// with no database server: no URL, an SQLite file in a temporary directory,
+// which the other commands then read.
+func TestDemoRunsOnEmbeddedSQLite(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "demo")
+	require.Equal(t, 0, res.code, "stderr:\n%s", res.stderr)
+	m := regexp.MustCompile(`embedded SQLite database, (\S+demo\.db)`).FindStringSubmatch(res.stderr)
+	require.NotNil(t, m, res.stderr)
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(m[1])) })
+	require.Len(t, strings.Split(strings.TrimSpace(res.stdout), "\n"), 3, res.stdout)
+	require.NotContains(t, res.stdout, `"aggregate_id":"1003"`)
+	require.Contains(t, res.stderr, "skipped as a duplicate")
+	require.Contains(t, res.stderr, "stats: pending 0, processing 0, processed 3, failed 0\n")
+	require.Contains(t, res.stderr, "next: outbox events list --database-url sqlite://"+m[1])
+
+	stats := run(t, nil, "--database-url", "sqlite://"+m[1], "stats", "--json")
+	requireOK(t, stats)
+	require.Contains(t, stats.stdout, `"processed": 3`)
+}
+
+func TestDemoRefusesOtherDatabasesOfTheUser(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "--database-url", "sqlite:///tmp/yours.db", "demo")
+	requireFail(t, res, 2, "outbox demo runs on PostgreSQL")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/dburl"
 )
 
 // connectTimeout bounds the first connection, so an unreachable host fails
@@ -86,28 +88,61 @@ func (a *app) open(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, err
 	return pool, nil
 }
 
-// connect opens a pool on the database the flags name.
-func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	cfg, err := a.poolConfig("")
-	if err != nil {
-		return nil, err
+// isSQLURL reports whether raw names a database/sql database (SQLite,
+// MySQL, MariaDB) rather than PostgreSQL.
+func isSQLURL(raw string) bool {
+	scheme, _, _ := strings.Cut(raw, ":")
+	switch strings.ToLower(scheme) {
+	case "sqlite", "file", "mysql", "mariadb":
+		return true
 	}
-	return a.open(ctx, cfg)
+	return false
+}
+
+// openDatabase opens the database the flags name (or fallback): PostgreSQL
+// through a pgx pool as connect does, SQLite and MySQL/MariaDB through
+// dburl. The closer closes the pool.
+func (a *app) openDatabase(ctx context.Context, fallback string) (outbox.Database, io.Closer, dburl.Kind, error) {
+	raw, err := a.databaseURL(fallback)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !isSQLURL(raw) {
+		cfg, err := a.poolConfig(fallback)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		pool, err := a.open(ctx, cfg)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		return outbox.Postgres(pool), dburl.PgPool{Pool: pool}, dburl.KindPostgres, nil
+	}
+	if _, err := dburl.Parse(raw); err != nil {
+		return nil, nil, "", usagef("invalid --database-url: %w", err)
+	}
+	db, closer, kind, err := dburl.Open(ctx, raw, dburl.Options{ConnectTimeout: connectTimeout})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	a.logger.Debug("connected", "database", dburl.Redact(raw), "kind", string(kind))
+	return db, closer, kind, nil
 }
 
 // manager connects and returns a Manager for --schema, after checking that
 // the outbox table exists. Call the returned func to close the pool.
 func (a *app) manager(ctx context.Context) (*outbox.Manager, func(), error) {
-	pool, err := a.connect(ctx)
+	db, closer, _, err := a.openDatabase(ctx, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	m := outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: a.schema})
+	closeDB := func() { _ = closer.Close() }
+	m := outbox.NewManager(db, outbox.ManagerConfig{Schema: a.schema})
 	if err := m.Ping(ctx); err != nil {
-		pool.Close()
+		closeDB()
 		return nil, nil, a.tableError(err)
 	}
-	return m, pool.Close, nil
+	return m, closeDB, nil
 }
 
 // tableError tells the operator how to create a missing outbox table.

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,14 +15,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxmigrate"
 	"github.com/outboxkit/outbox/sink/stdoutsink"
 )
 
 const (
-	// demoDatabaseURL is the local server the demo uses when no database
-	// is given.
-	demoDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	// demoSchemaDefault is the demo's own schema.
 	demoSchemaDefault = "outbox_demo"
 	// demoSchemaComment marks a schema the demo created, so it never
@@ -48,10 +48,11 @@ orders and their order.created events in the same transactions (one of them
 rolled back, one retried with the same idempotency key), runs a relay to the
 stdout sink until every committed event is processed, and prints the stats.
 
-It narrates on stderr; the published events are JSON lines on stdout. It uses
---database-url or $` + EnvDatabaseURL + `, else ` + demoDatabaseURL + `.
-It empties its schema at the start, so it can run again and again; it refuses
-a schema it did not create.`,
+It narrates on stderr; the published events are JSON lines on stdout. It runs
+on the PostgreSQL database that --database-url or $` + EnvDatabaseURL + ` names;
+it empties its schema at the start, so it can run again and again, and it
+refuses a schema it did not create. With no database URL it needs no server:
+it creates an SQLite file in a new temporary directory and runs there.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			schema := demoSchemaDefault
@@ -73,55 +74,161 @@ a schema it did not create.`,
 
 func (a *app) demo(ctx context.Context, schema string, relayLog *slog.Logger) error {
 	say := func(format string, args ...any) { notef(a.stderr, format+"\n", args...) }
-	pc, err := a.poolConfig(demoDatabaseURL)
+	var (
+		st  *demoStore
+		err error
+	)
+	switch raw := a.databaseURLOrEnv(); {
+	case raw == "":
+		st, err = a.demoSQLite(ctx, say)
+	case isSQLURL(raw):
+		return usagef("outbox demo runs on PostgreSQL (--database-url postgres://…) or, with no database URL, on an embedded SQLite file; it empties the outbox table it uses, so it does not take a SQLite or MySQL database of yours")
+	default:
+		st, err = a.demoPostgres(ctx, schema, say)
+	}
 	if err != nil {
 		return err
+	}
+	defer st.close()
+	return a.runDemo(ctx, st, relayLog, say)
+}
+
+// demoStore is the database the demo runs on: its outbox, and a checkout
+// that writes an order and its event in one transaction.
+type demoStore struct {
+	db       outbox.Database
+	schema   string
+	checkout func(o demoOrder) (outbox.WriteResult, error)
+	// next is the hint that ends the demo: the flags that name its outbox.
+	next  string
+	close func()
+}
+
+// demoEvent is the message a checkout writes.
+func demoEvent(o demoOrder) outbox.Message {
+	return outbox.Message{
+		EventType: "order.created", AggregateType: "order", AggregateID: o.id,
+		Payload:        map[string]any{"order_id": o.id, "customer": o.customer, "total_cents": o.totalCents},
+		IdempotencyKey: outbox.IdempotencyKey("order", o.id, "order.created", time.Now()),
+		CorrelationID:  "demo-checkout-" + o.id,
+	}
+}
+
+// demoPostgres prepares the demo's schema on PostgreSQL.
+func (a *app) demoPostgres(ctx context.Context, schema string, say func(string, ...any)) (*demoStore, error) {
+	pc, err := a.poolConfig("")
+	if err != nil {
+		return nil, err
 	}
 	pool, err := a.open(ctx, pc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
 	say("outbox demo on %s, schema %q", describeDatabase(pc), schema)
-
 	if err := claimDemoSchema(ctx, pool, schema); err != nil {
-		return err
+		pool.Close()
+		return nil, err
 	}
 	db := outbox.Postgres(pool)
 	res, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{Schema: schema})
 	if err != nil {
-		return err
+		pool.Close()
+		return nil, err
 	}
 	say("1. migrated the outbox table: schema version %d", res.Version)
 	orders := pgx.Identifier{schema, "orders"}.Sanitize()
 	if err := resetDemoTables(ctx, pool, schema, orders); err != nil {
-		return err
+		pool.Close()
+		return nil, err
 	}
 	say("2. created the business table %s (emptied, with the outbox, from any earlier run)", orders)
-
-	say("3. checkouts: each writes its order row and its order.created event in one transaction")
 	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
-	checkout := func(o demoOrder) (outbox.WriteResult, error) {
-		var res outbox.WriteResult
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO `+orders+` (id, customer, total_cents) VALUES ($1, $2, $3)
+	return &demoStore{
+		db: db, schema: schema, close: pool.Close,
+		next: "--schema " + schema,
+		checkout: func(o demoOrder) (outbox.WriteResult, error) {
+			var res outbox.WriteResult
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO `+orders+` (id, customer, total_cents) VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
-				return err
-			}
-			var err error
-			res, err = writer.Write(ctx, tx, outbox.Message{
-				EventType: "order.created", AggregateType: "order", AggregateID: o.id,
-				Payload:        map[string]any{"order_id": o.id, "customer": o.customer, "total_cents": o.totalCents},
-				IdempotencyKey: outbox.IdempotencyKey("order", o.id, "order.created", time.Now()),
-				CorrelationID:  "demo-checkout-" + o.id,
+					return err
+				}
+				var err error
+				if res, err = writer.Write(ctx, tx, demoEvent(o)); err != nil {
+					return err
+				}
+				return o.fail
 			})
-			if err != nil {
-				return err
-			}
-			return o.fail
-		})
-		return res, err
+			return res, err
+		},
+	}, nil
+}
+
+// demoSQLite creates an SQLite file in a new temporary directory: the demo
+// needs no database server. The file is left for the commands the closing
+// hint names.
+func (a *app) demoSQLite(ctx context.Context, say func(string, ...any)) (*demoStore, error) {
+	dir, err := os.MkdirTemp("", "outbox-demo-")
+	if err != nil {
+		return nil, err
 	}
+	path := filepath.Join(dir, "demo.db")
+	raw := "sqlite://" + path
+	db, closer, _, err := dburl.Open(ctx, raw, dburl.Options{})
+	if err != nil {
+		return nil, err
+	}
+	sdb := closer.(*sql.DB)
+	say("outbox demo on an embedded SQLite database, %s (no --database-url or $%s given)", path, EnvDatabaseURL)
+	res, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{})
+	if err != nil {
+		_ = sdb.Close()
+		return nil, err
+	}
+	say("1. migrated the outbox table: schema version %d", res.Version)
+	if _, err := sdb.ExecContext(ctx, `CREATE TABLE "orders" (
+    "id"          TEXT PRIMARY KEY,
+    "customer"    TEXT NOT NULL,
+    "total_cents" INTEGER NOT NULL,
+    "created_at"  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+)`); err != nil {
+		_ = sdb.Close()
+		return nil, err
+	}
+	say(`2. created the business table "orders"`)
+	writer := outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectSQLite})
+	return &demoStore{
+		db: db, close: func() { _ = sdb.Close() },
+		next: "--database-url " + raw,
+		checkout: func(o demoOrder) (res outbox.WriteResult, err error) {
+			tx, err := sdb.BeginTx(ctx, nil)
+			if err != nil {
+				return res, err
+			}
+			defer func() {
+				if err != nil {
+					_ = tx.Rollback()
+				}
+			}()
+			if _, err = tx.ExecContext(ctx, `INSERT INTO "orders" ("id", "customer", "total_cents") VALUES (?, ?, ?)
+ON CONFLICT ("id") DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
+				return res, err
+			}
+			if res, err = writer.WriteSQL(ctx, tx, demoEvent(o)); err != nil {
+				return res, err
+			}
+			if err = o.fail; err != nil {
+				return res, err
+			}
+			return res, tx.Commit()
+		},
+	}, nil
+}
+
+// runDemo writes the checkouts, relays their events to stdout and checks
+// the outcome.
+func (a *app) runDemo(ctx context.Context, st *demoStore, relayLog *slog.Logger, say func(string, ...any)) error {
+	say("3. checkouts: each writes its order row and its order.created event in one transaction")
 	committed := 0
 	declined := errors.New("payment declined")
 	for _, o := range []demoOrder{
@@ -130,7 +237,7 @@ ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
 		{id: "1003", customer: "edsger", totalCents: 500, fail: declined},
 		{id: "1004", customer: "barbara", totalCents: 12000},
 	} {
-		res, err := checkout(o)
+		res, err := st.checkout(o)
 		switch {
 		case errors.Is(err, declined):
 			say("   order %s (%s): %v after the writes: rolled back, so neither the order nor its event exists", o.id, o.customer, err)
@@ -143,7 +250,7 @@ ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
 	}
 	// A client retries the first checkout: the same idempotency key makes
 	// the writer skip the event without failing the transaction.
-	res2, err := checkout(demoOrder{id: "1001", customer: "ada", totalCents: 4200})
+	res2, err := st.checkout(demoOrder{id: "1001", customer: "ada", totalCents: 4200})
 	if err != nil {
 		return fmt.Errorf("order 1001 again: %w", err)
 	}
@@ -152,8 +259,8 @@ ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
 	}
 
 	say("4. starting a relay to the stdout sink: the events follow on stdout as JSON lines")
-	relay, err := outbox.NewRelay(db, outbox.RelayConfig{
-		Sink: stdoutsink.New(a.stdout), Schema: schema, RelayID: "outbox-demo",
+	relay, err := outbox.NewRelay(st.db, outbox.RelayConfig{
+		Sink: stdoutsink.New(a.stdout), Schema: st.schema, RelayID: "outbox-demo",
 		PollInterval: 100 * time.Millisecond, Logger: relayLog,
 	})
 	if err != nil {
@@ -163,7 +270,7 @@ ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
 	if err := relay.Start(ctx); err != nil {
 		return err
 	}
-	mgr := outbox.NewManager(db, outbox.ManagerConfig{Schema: schema})
+	mgr := outbox.NewManager(st.db, outbox.ManagerConfig{Schema: st.schema})
 	stats, waitErr := waitProcessed(ctx, mgr, int64(committed))
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relay.Config().ShutdownTimeout)
 	defer cancel()
@@ -184,12 +291,7 @@ ON CONFLICT (id) DO NOTHING`, o.id, o.customer, o.totalCents); err != nil {
 	}
 	say("6. checked: the rolled-back order 1003 has no event")
 	say("stats: pending %d, processing %d, processed %d, failed %d", stats.Pending, stats.Processing, stats.Processed, stats.Failed)
-	target := "--schema " + schema
-	if a.databaseURLFlag == "" && os.Getenv(EnvDatabaseURL) == "" {
-		// The other commands have no fallback database: name the demo's.
-		target = "--database-url '" + demoDatabaseURL + "' " + target
-	}
-	say("next: outbox events list %s, or outbox stats %s", target, target)
+	say("next: outbox events list %s, or outbox stats %s", st.next, st.next)
 	return nil
 }
 

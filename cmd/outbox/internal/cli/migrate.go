@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
@@ -16,21 +19,23 @@ func (a *app) migrateCommand() *cobra.Command {
 under a lock, so running it from several processes at once is safe.
 
 With --print it prints the migrations as one SQL script instead, without
-connecting: vendor it into goose, atlas or golang-migrate.`,
+connecting, in the SQL of the database --database-url names (PostgreSQL when
+none is given): vendor it into goose, atlas or golang-migrate.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			cfg := outboxmigrate.Config{Schema: a.schema}
 			if printSQL {
-				// The script is generated offline: a Database without a pool.
-				a.stdout.printf("%s", outboxmigrate.SQL(outbox.Postgres(nil), cfg))
+				// The script is generated offline, in the dialect the URL
+				// names (PostgreSQL without one): a Database without a pool.
+				a.stdout.printf("%s", outboxmigrate.SQL(offlineDatabase(a.databaseURLOrEnv()), cfg))
 				return nil
 			}
-			pool, err := a.connect(cmd.Context())
+			db, closer, _, err := a.openDatabase(cmd.Context(), "")
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			res, err := outboxmigrate.Migrate(cmd.Context(), outbox.Postgres(pool), cfg)
+			defer func() { _ = closer.Close() }()
+			res, err := outboxmigrate.Migrate(cmd.Context(), db, cfg)
 			if err != nil {
 				return err
 			}
@@ -47,4 +52,29 @@ connecting: vendor it into goose, atlas or golang-migrate.`,
 	}
 	cmd.Flags().BoolVar(&printSQL, "print", false, "print the migrations as SQL instead of applying them (needs no database)")
 	return cmd
+}
+
+// databaseURLOrEnv is --database-url or $OUTBOX_DATABASE_URL, possibly
+// empty.
+func (a *app) databaseURLOrEnv() string {
+	if a.databaseURLFlag != "" {
+		return a.databaseURLFlag
+	}
+	return os.Getenv(EnvDatabaseURL)
+}
+
+// offlineDatabase is a Database without a pool of the kind raw names, for
+// what needs no connection (the migration script).
+func offlineDatabase(raw string) outbox.Database {
+	c, err := dburl.Parse(raw)
+	if err != nil || raw == "" {
+		return outbox.Postgres(nil)
+	}
+	switch c.Kind {
+	case dburl.KindSQLite:
+		return outbox.SQLite(nil)
+	case dburl.KindMySQL, dburl.KindMariaDB:
+		return outbox.MySQL(nil)
+	}
+	return outbox.Postgres(nil)
 }
