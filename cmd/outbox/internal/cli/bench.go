@@ -99,7 +99,7 @@ terminal.`,
 			if err != nil {
 				return err
 			}
-			sink, err := a.benchSink(sinkURL)
+			sink, err := a.benchSink(cmd.Context(), sinkURL)
 			if err != nil {
 				return err
 			}
@@ -161,7 +161,7 @@ terminal.`,
 
 // benchSink opens the --sink for the bench: nil for discard: (the bench's
 // own discarding sink), else the sink the relay command would open.
-func (a *app) benchSink(raw string) (outbox.Sink, error) {
+func (a *app) benchSink(ctx context.Context, raw string) (outbox.Sink, error) {
 	if raw == "discard" || raw == benchDiscardSink {
 		return nil, nil
 	}
@@ -174,9 +174,9 @@ func (a *app) benchSink(raw string) (outbox.Sink, error) {
 	}
 	secret := os.Getenv(EnvWebhookSecret)
 	a.redact.add(secret)
-	return openSink(raw, sinkOptions{
+	return openSink(ctx, raw, sinkOptions{
 		Timeout: outbox.SinkTimeoutDefault, WebhookSecret: secret, Concurrency: webhooksink.ConcurrencyDefault,
-		Source: webhooksink.SourceDefault, Stdout: a.stdout, Logger: a.logger,
+		Stdout: a.stdout, Logger: a.logger,
 	}, a.redact)
 }
 

@@ -6,125 +6,195 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
 
+// EnvSinkURL is the relay's --sink when the flag is not given: a sink URL
+// with credentials stays out of the process's arguments.
+const EnvSinkURL = "OUTBOX_SINK"
+
 // relayFlagNames maps RelayConfig fields to the flags that set them, so a
-// configuration error names what the operator typed.
+// configuration error names what the operator typed (or the config file
+// key and line).
 var relayFlagNames = map[string]string{
-	"BatchSize": "--batch-size", "Workers": "--workers", "PollInterval": "--poll-interval",
-	"Lease": "--lease", "SinkTimeout": "--sink-timeout", "MaxAttempts": "--max-attempts",
-	"BackoffBase": "--backoff-base", "BackoffMax": "--backoff-max", "RelayID": "--relay-id",
-	"Sink": "--sink", "ShutdownTimeout": "--shutdown-timeout",
+	"BatchSize": "batch-size", "Workers": "workers", "PollInterval": "poll-interval",
+	"Lease": "lease", "SinkTimeout": "sink-timeout", "MaxAttempts": "max-attempts",
+	"BackoffBase": "backoff-base", "BackoffMax": "backoff-max", "RelayID": "relay-id",
+	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
+	"Retention": "retention",
+}
+
+// relayFlags are the relay command's flags, before the config file and the
+// environment fill what they leave unset.
+type relayFlags struct {
+	configPath string
+	sinkURL    string
+	cfg        outbox.RelayConfig
+	retention  string
+	eventTypes []string
+	route      string
+	routeRules []string
+	fileRules  []route.Rule // routing.rules of the config file, unless --route-rule is given
+	so         sinkOptions
+	obs        observability
 }
 
 func (a *app) relayCommand() *cobra.Command {
-	var (
-		sinkURL string
-		cfg     outbox.RelayConfig
-		so      sinkOptions
-		obs     observability
-	)
+	var rf relayFlags
 	cmd := &cobra.Command{
 		Use:   "relay --sink URL",
 		Short: "Publish pending events to a sink until stopped",
 		Long: `relay claims due pending events in batches under a lease, publishes them to
 the sink and marks them processed; failed publishes are retried with
 exponential backoff and dead-lettered (status failed) after --max-attempts.
-Any number of relays may serve one table.
+Any number of relays may serve one table; relays with disjoint --event-types
+serve different sinks from one table.
 
-The --sink URL's scheme picks the sink:
-  stdout:             JSON lines on standard output
-  http://… https://…  CloudEvents webhook (HTTP POST), signed with --webhook-secret
+The --sink URL's scheme picks the sink (docs/brokers.md has every option):
+  stdout:                    JSON lines on standard output
+  http://… https://…         CloudEvents webhook (HTTP POST), signed with --webhook-secret
+  nats://host:4222?stream=S  NATS JetStream, Nats-Msg-Id = event ID for dedup
+  kafka://host:9092[,host…]  Kafka, idempotent producer, key = aggregate ID
+  amqp[s]://user:pass@host/vhost?exchange=X   RabbitMQ with publisher confirms
+  redis[s]://[:pass@]host:6379/0              Redis Streams (XADD)
+  mqtt[s]://[user:pass@]host:1883             MQTT 3.1.1, QoS 1
+
+Broker sinks send each event to a destination (subject, topic, routing key,
+stream) from --route, or the first --route-rule whose pattern matches the
+event type; an event's outbox_topic header overrides both.
+
+--config FILE reads these settings from a YAML file; a flag given on the
+command line wins over an environment variable, which wins over the file.
 
 It runs until SIGINT or SIGTERM, then stops claiming, lets in-flight batches
 finish (events still publishing after --shutdown-timeout are released to
 pending without spending an attempt) and exits 0. Its connections show in pg_stat_activity as
 application_name outbox-relay:<relay-id>.`,
-		Example: "  outbox relay --sink stdout:\n  outbox relay --sink https://example.com/hooks/outbox --webhook-secret \"$SECRET\"",
-		Args:    cobra.NoArgs,
-		RunE: run(func(cmd *cobra.Command, _ []string) error {
-			if sinkURL == "" {
-				return usagef("missing --sink: say where to publish, such as --sink stdout: or --sink https://example.com/hook")
-			}
-			if err := checkPositive(cmd, map[string]bool{
-				"batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0, "poll-interval": cfg.PollInterval > 0,
-				"lease": cfg.Lease > 0, "sink-timeout": cfg.SinkTimeout > 0, "max-attempts": cfg.MaxAttempts > 0,
-				"backoff-base": cfg.BackoffBase > 0, "backoff-max": cfg.BackoffMax > 0, "sink-concurrency": so.Concurrency > 0,
-				"shutdown-timeout": cfg.ShutdownTimeout > 0,
-			}); err != nil {
-				return err
-			}
-			if err := obs.check(a.redact); err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("sink-timeout") {
-				// Leave it to the library: the default, or half the lease
-				// when that is shorter.
-				cfg.SinkTimeout = 0
-			}
-			if so.WebhookSecret == "" {
-				so.WebhookSecret = os.Getenv(EnvWebhookSecret)
-			}
-			a.redact.add(so.WebhookSecret)
-			pc, err := a.poolConfig("")
-			if err != nil {
-				return err
-			}
-			cfg.Schema, cfg.Logger = a.schema, a.logger
-			if cfg.RelayID == "" {
-				cfg.RelayID = outbox.DefaultRelayID()
-			}
-			cfg = cfg.WithDefaults()
-			so.Timeout, so.Stdout, so.Logger = cfg.SinkTimeout, a.stdout, a.logger
-
-			sink, err := openSink(sinkURL, so, a.redact)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if err := closeSink(sink); err != nil {
-					a.logger.Warn("closing the sink failed", "error", err)
-				}
-			}()
-			cfg.Sink = sink
-			if err := cfg.Validate(); err != nil {
-				return relayConfigError(err)
-			}
-			return a.runRelay(cmd.Context(), pc, cfg, describeSink(sinkURL, a.redact), &obs)
-		}),
+		Example: `  outbox relay --sink stdout:
+  outbox relay --sink https://example.com/hooks/outbox --webhook-secret "$SECRET"
+  outbox relay --sink 'nats://127.0.0.1:4222?stream=ORDERS' --route 'orders.{event_type}' --event-types 'order.*'
+  outbox relay --sink amqp://guest:guest@127.0.0.1:5672/?exchange=events --route-rule 'user.*=users.{event_type}'
+  outbox relay --config /etc/outbox/relay.yaml --workers 4`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command, _ []string) error { return a.runRelayCommand(cmd, &rf) }),
 	}
 	f := cmd.Flags()
-	f.StringVar(&sinkURL, "sink", "", "where to publish: stdout:, http://… or https://… (required)")
-	f.IntVar(&cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
-	f.IntVar(&cfg.Workers, "workers", outbox.WorkersDefault, "claim-publish-mark loops running at once")
-	f.DurationVar(&cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after a claim that came back short")
-	f.DurationVar(&cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
-	f.DurationVar(&cfg.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "bound on one publish, shorter than --lease; unset, half the lease when that is shorter")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed publishes before an event is dead-lettered (status failed)")
-	f.DurationVar(&cfg.BackoffBase, "backoff-base", outbox.BackoffBaseDefault, "retry delay base: the n-th failure waits backoff-base·2^n (with jitter)")
-	f.DurationVar(&cfg.BackoffMax, "backoff-max", outbox.BackoffMaxDefault, "longest retry delay")
-	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 0, "on SIGTERM, how long in-flight batches may finish before they are released (default sink timeout + 5s, within the lease)")
-	f.StringVar(&cfg.RelayID, "relay-id", "", "this relay's name in locked_by, logs and application_name (default hostname:pid)")
-	f.StringVar(&so.WebhookSecret, "webhook-secret", "", "webhook: secret that signs each request (default $"+EnvWebhookSecret+")")
-	f.IntVar(&so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
-	f.StringVar(&so.Source, "source", webhooksink.SourceDefault, "webhook: CloudEvents source attribute (ce-source) of each request")
-	obs.addFlags(f)
+	f.StringVar(&rf.configPath, "config", "", "YAML file with the relay's settings (see docs/brokers.md); flags and environment variables win over it")
+	f.StringVar(&rf.sinkURL, "sink", "", "where to publish: stdout:, http(s)://…, nats://…, kafka://…, amqp(s)://…, redis(s)://… or mqtt(s)://… (default $"+EnvSinkURL+")")
+	f.IntVar(&rf.cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
+	f.IntVar(&rf.cfg.Workers, "workers", outbox.WorkersDefault, "claim-publish-mark loops running at once")
+	f.DurationVar(&rf.cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after a claim that came back short")
+	f.DurationVar(&rf.cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
+	f.DurationVar(&rf.cfg.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "bound on one publish, shorter than --lease; unset, half the lease when that is shorter")
+	f.IntVar(&rf.cfg.MaxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed publishes before an event is dead-lettered (status failed)")
+	f.DurationVar(&rf.cfg.BackoffBase, "backoff-base", outbox.BackoffBaseDefault, "retry delay base: the n-th failure waits backoff-base·2^n (with jitter)")
+	f.DurationVar(&rf.cfg.BackoffMax, "backoff-max", outbox.BackoffMaxDefault, "longest retry delay")
+	f.DurationVar(&rf.cfg.ShutdownTimeout, "shutdown-timeout", 0, "on SIGTERM, how long in-flight batches may finish before they are released (default sink timeout + 5s, within the lease)")
+	f.StringVar(&rf.cfg.RelayID, "relay-id", "", "this relay's name in locked_by, logs and application_name (default hostname:pid)")
+	f.StringSliceVar(&rf.eventTypes, "event-types", nil, "relay only events whose type matches one of these patterns, * matching any run of characters, such as 'order.*,user.created' (default every type)")
+	f.StringVar(&rf.retention, "retention", string(outbox.RetainProcessed), "what happens to a delivered event's row: processed (kept), delete, or archive (moved to outbox_events_archive)")
+	f.BoolVar(&rf.cfg.Listen, "listen", false, "claim as soon as a writer commits, woken by PostgreSQL NOTIFY (writers set WriterConfig.NotifyInterval), instead of polling every --poll-interval")
+	f.StringVar(&rf.route, "route", route.Default, "broker sinks: the template of each event's subject, topic, routing key or stream; placeholders {event_type}, {aggregate_type}, {aggregate_id}, {id}, {header.NAME}, with {name|fallback}")
+	f.StringArrayVar(&rf.routeRules, "route-rule", nil, "broker sinks: 'PATTERN=TEMPLATE' routes events whose type matches PATTERN to TEMPLATE instead of --route; repeatable, the first match wins")
+	f.StringVar(&rf.so.WebhookSecret, "webhook-secret", "", "webhook: secret that signs each request (default $"+EnvWebhookSecret+")")
+	f.IntVar(&rf.so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
+	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
+	rf.obs.addFlags(f)
 	return cmd
+}
+
+// runRelayCommand merges the flags, the environment and the config file,
+// opens the sink and runs the relay.
+func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
+	if err := checkPositive(cmd, map[string]bool{
+		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "poll-interval": rf.cfg.PollInterval > 0,
+		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
+		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
+		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0,
+	}); err != nil {
+		return err
+	}
+	m := &merger{flags: cmd.Flags(), origins: map[string]string{}}
+	if rf.configPath != "" {
+		file, err := loadConfigFile(rf.configPath)
+		if err != nil {
+			return err
+		}
+		m.file = file
+	}
+	if !cmd.Flags().Changed("sink-timeout") {
+		// Leave it to the library unless the file sets it: the default,
+		// or half the lease when that is shorter.
+		rf.cfg.SinkTimeout = 0
+	}
+	if err := m.apply(a, rf); err != nil {
+		return err
+	}
+	if rf.sinkURL == "" {
+		return usagef("missing --sink: say where to publish, such as --sink stdout: or --sink nats://127.0.0.1:4222 (or set $%s, or sink.url in --config)", EnvSinkURL)
+	}
+	if err := rf.obs.check(a.redact); err != nil {
+		return err
+	}
+	a.redact.add(rf.so.WebhookSecret)
+	retention, err := outbox.ParseRetention(rf.retention)
+	if err != nil {
+		return usagef("invalid %s %q: use processed, delete or archive", m.name("retention"), clip(rf.retention))
+	}
+	router, err := m.router(rf)
+	if err != nil {
+		return err
+	}
+	pc, err := a.poolConfig(m.databaseURL())
+	if err != nil {
+		return err
+	}
+	cfg := rf.cfg
+	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
+	cfg.Schema, cfg.Logger = a.schema, a.logger
+	if cfg.RelayID == "" {
+		cfg.RelayID = outbox.DefaultRelayID()
+	}
+	cfg = cfg.WithDefaults()
+	so := rf.so
+	so.Timeout, so.Stdout, so.Logger, so.Router, so.given = cfg.SinkTimeout, a.stdout, a.logger, router, m.sinkOptionsGiven()
+	desc := describeSink(rf.sinkURL, a.redact)
+	sink, err := openSink(cmd.Context(), rf.sinkURL, so, a.redact)
+	if err != nil {
+		return describeSinkError(desc, err)
+	}
+	defer func() {
+		if err := closeSink(sink); err != nil {
+			a.logger.Warn("closing the sink failed", "error", err)
+		}
+	}()
+	cfg.Sink = sink
+	if err := cfg.Validate(); err != nil {
+		return m.relayConfigError(err)
+	}
+	return a.runRelay(cmd.Context(), pc, cfg, desc, &rf.obs)
 }
 
 // runRelay connects a pool of the relay's own and runs the relay until ctx
 // ends, then stops it gracefully.
 func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, obs *observability) error {
-	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay:" + cfg.RelayID
-	// One connection per worker, one for the lease rescue, one spare.
-	pc.MaxConns = max(pc.MaxConns, int32(min(cfg.Workers+2, 1<<20)))
+	outbox.ConfigureRelayPool(pc, cfg.RelayID)
+	// One connection per worker, one for the lease rescue, one spare, and
+	// one held in LISTEN.
+	conns := cfg.Workers + 2
+	if cfg.Listen {
+		conns++
+	}
+	pc.MaxConns = max(pc.MaxConns, int32(min(conns, 1<<20)))
 	pool, err := a.open(ctx, pc)
 	if err != nil {
 		return err
@@ -143,9 +213,200 @@ func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.Relay
 	if err != nil {
 		return relayConfigError(err)
 	}
-	a.logger.Info("relay publishing to sink", "sink", sinkName, "relay_id", cfg.RelayID,
-		"application_name", pc.ConnConfig.RuntimeParams["application_name"])
+	attrs := []any{"sink", sinkName, "relay_id", cfg.RelayID,
+		"application_name", pc.ConnConfig.RuntimeParams["application_name"], "retention", string(cfg.Retention), "listen", cfg.Listen}
+	if len(cfg.EventTypes) > 0 {
+		attrs = append(attrs, "event_types", cfg.EventTypes)
+	}
+	a.logger.Info("relay publishing to sink", attrs...)
 	return relay.Run(ctx)
+}
+
+// merger fills the relay settings the command line leaves unset from the
+// environment and then the config file, and remembers where each value
+// came from so errors name it.
+type merger struct {
+	flags   *pflag.FlagSet
+	file    *fileConfig // nil without --config
+	origins map[string]string
+}
+
+// fromFile returns the file's value for flag unless the flag was given.
+func (m *merger) fromFile(flag string) (fileValue, bool) {
+	if m.flags.Changed(flag) {
+		return fileValue{}, false
+	}
+	v, ok := m.file.get(flag)
+	if ok {
+		m.origins[flag] = v.origin()
+	}
+	return v, ok
+}
+
+// fromEnvOrFile returns the value for flag from env or else the file,
+// unless the flag was given.
+func (m *merger) fromEnvOrFile(flag, env string) (string, bool) {
+	if m.flags.Changed(flag) {
+		return "", false
+	}
+	if v := os.Getenv(env); v != "" {
+		m.origins[flag] = "$" + env
+		return v, true
+	}
+	if v, ok := m.fromFile(flag); ok {
+		return v.str, true
+	}
+	return "", false
+}
+
+// name says how the operator set flag: the flag, an environment variable
+// or a config file key with its line.
+func (m *merger) name(flag string) string {
+	if o, ok := m.origins[flag]; ok {
+		return o
+	}
+	return "--" + flag
+}
+
+// given reports whether the operator set flag, on the command line or in
+// the file.
+func (m *merger) given(flag string) bool {
+	if m.flags.Changed(flag) {
+		return true
+	}
+	_, ok := m.origins[flag]
+	return ok
+}
+
+// apply fills rf from the environment and the file where no flag was given.
+func (m *merger) apply(a *app, rf *relayFlags) error {
+	if v, ok := m.fromEnvOrFile("sink", EnvSinkURL); ok {
+		rf.sinkURL = v
+	}
+	if v, ok := m.fromEnvOrFile("webhook-secret", EnvWebhookSecret); ok {
+		rf.so.WebhookSecret = v
+	}
+	if v, ok := m.fromEnvOrFile("alert-webhook", EnvAlertWebhook); ok {
+		rf.obs.alertWebhook = v
+	}
+	if v, ok := m.fromFile("schema"); ok {
+		a.schema = v.str
+	}
+	strs := map[string]*string{
+		"relay-id": &rf.cfg.RelayID, "retention": &rf.retention, "source": &rf.so.Source,
+		"route": &rf.route, "metrics-addr": &rf.obs.metricsAddr,
+	}
+	ints := map[string]*int{
+		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
+		"sink-concurrency": &rf.so.Concurrency,
+	}
+	durs := map[string]*time.Duration{
+		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,
+		"shutdown-timeout": &rf.cfg.ShutdownTimeout, "backoff-base": &rf.cfg.BackoffBase, "backoff-max": &rf.cfg.BackoffMax,
+	}
+	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel}
+	for flag, dst := range strs {
+		if v, ok := m.fromFile(flag); ok {
+			*dst = v.str
+		}
+	}
+	for flag, dst := range ints {
+		if v, ok := m.fromFile(flag); ok {
+			*dst = v.num
+		}
+	}
+	for flag, dst := range durs {
+		if v, ok := m.fromFile(flag); ok {
+			*dst = v.dur
+		}
+	}
+	for flag, dst := range bools {
+		if v, ok := m.fromFile(flag); ok {
+			*dst = v.flag
+		}
+	}
+	if v, ok := m.fromFile("event-types"); ok {
+		rf.eventTypes = v.list
+	}
+	if v, ok := m.fromFile("route-rule"); ok {
+		rf.fileRules = v.rules
+	}
+	for i, p := range rf.eventTypes {
+		rf.eventTypes[i] = strings.TrimSpace(p)
+	}
+	return nil
+}
+
+// databaseURL is the file's database URL, the fallback after
+// --database-url and $OUTBOX_DATABASE_URL.
+func (m *merger) databaseURL() string {
+	if m.flags.Changed("database-url") || os.Getenv(EnvDatabaseURL) != "" {
+		return ""
+	}
+	v, _ := m.fromFile("database-url")
+	return v.str
+}
+
+// router builds the router --route, --route-rule and the file's routing
+// ask for; nil when none is given, which leaves the sink URL's route
+// option or the sinks' default.
+func (m *merger) router(rf *relayFlags) (*route.Router, error) {
+	if !m.given("route") && !m.given("route-rule") {
+		return nil, nil
+	}
+	if _, err := route.Parse(rf.route); err != nil {
+		return nil, usagef("invalid %s: %v", m.name("route"), err)
+	}
+	rules := rf.fileRules
+	if m.flags.Changed("route-rule") {
+		rules = nil
+		for _, raw := range rf.routeRules {
+			pattern, tmpl, found := strings.Cut(raw, "=")
+			if !found || strings.TrimSpace(pattern) == "" {
+				return nil, usagef("invalid --route-rule %q: use PATTERN=TEMPLATE, such as 'order.*=orders.{event_type}'", clip(raw))
+			}
+			rules = append(rules, route.Rule{EventType: strings.TrimSpace(pattern), Topic: tmpl})
+		}
+	}
+	r, err := route.New(rf.route, rules...)
+	if err != nil {
+		return nil, usagef("invalid %s: %v", m.name("route-rule"), err)
+	}
+	return r, nil
+}
+
+// sinkOptionsGiven names how each sink option was set, for openSink to
+// refuse one the sink does not take.
+func (m *merger) sinkOptionsGiven() map[sinkOption]string {
+	given := map[sinkOption]string{}
+	for opt, flags := range map[sinkOption][]string{
+		optSource:  {"source"},
+		optRoute:   {"route", "route-rule"},
+		optWebhook: {"webhook-secret", "sink-concurrency"},
+	} {
+		for _, f := range flags {
+			// An environment variable (OUTBOX_WEBHOOK_SECRET) may be set
+			// for other relays; only a flag or the file counts here.
+			if m.given(f) && m.origins[f] != "$"+EnvWebhookSecret {
+				given[opt] = m.name(f)
+				break
+			}
+		}
+	}
+	return given
+}
+
+// relayConfigError names the flag, variable or config file key behind an
+// invalid RelayConfig field.
+func (m *merger) relayConfigError(err error) error {
+	var ce *outbox.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := relayFlagNames[ce.Field]; ok {
+			return usagef("invalid %s: %v", m.name(flag), ce.Err)
+		}
+		return &usageError{err: err}
+	}
+	return err
 }
 
 // checkPositive refuses a numeric flag the operator set to zero or less:
@@ -166,14 +427,7 @@ func checkPositive(cmd *cobra.Command, positive map[string]bool) error {
 
 // relayConfigError names the flag behind an invalid RelayConfig field.
 func relayConfigError(err error) error {
-	var ce *outbox.ConfigError
-	if errors.As(err, &ce) {
-		if name, ok := relayFlagNames[ce.Field]; ok {
-			return usagef("invalid %s: %v", name, ce.Err)
-		}
-		return &usageError{err: err}
-	}
-	return err
+	return (&merger{origins: map[string]string{}}).relayConfigError(err)
 }
 
 // closeSink closes sinks that hold resources (connections, goroutines).

@@ -1,16 +1,37 @@
 package cli
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/route"
+	"github.com/outboxkit/outbox/sink/amqpsink"
+	"github.com/outboxkit/outbox/sink/kafkasink"
+	"github.com/outboxkit/outbox/sink/mqttsink"
+	"github.com/outboxkit/outbox/sink/natssink"
+	"github.com/outboxkit/outbox/sink/redissink"
 	"github.com/outboxkit/outbox/sink/stdoutsink"
 	"github.com/outboxkit/outbox/sink/webhooksink"
+)
+
+// sinkOption is a relay setting that only some sinks take.
+type sinkOption string
+
+const (
+	optSource  sinkOption = "source"  // --source: the CloudEvents source attribute
+	optRoute   sinkOption = "route"   // --route, --route-rule: the destination of each event
+	optWebhook sinkOption = "webhook" // --webhook-secret, --sink-concurrency
 )
 
 // sinkOptions are the relay settings and flags a sink may use.
@@ -18,102 +39,302 @@ type sinkOptions struct {
 	Timeout       time.Duration // the relay's sink timeout: bound on one publish
 	WebhookSecret string
 	Concurrency   int
-	Source        string
+	Source        string        // empty: the URL's source option, else the sink's default
+	Router        *route.Router // nil: the URL's route option, else route.Default
 	Stdout        io.Writer
 	Logger        *slog.Logger
+	// given names how the operator set each sinkOption (a flag, or a
+	// config file key and line), so that a sink that does not take it is
+	// refused instead of ignoring it.
+	given map[sinkOption]string
 }
 
 // sinkScheme opens the sink for one --sink URL scheme.
 type sinkScheme struct {
-	name string
-	open func(u *url.URL, o sinkOptions) (outbox.Sink, error)
+	name  string
+	takes []sinkOption
+	// tokenUser: a user name without a password is a secret token
+	// (nats://TOKEN@host).
+	tokenUser bool
+	open      func(ctx context.Context, raw string, o sinkOptions) (outbox.Sink, error)
 }
+
+var (
+	brokerOptions  = []sinkOption{optSource, optRoute}
+	webhookOptions = []sinkOption{optSource, optWebhook}
+)
 
 // sinkSchemes is every --sink URL scheme, in the order the help lists them.
-// A new sink adds one entry here and one open function.
+// A new sink adds one entry here. mqttsink also reads tcp://, ssl:// and
+// tls:// URLs; the CLI leaves them out because they do not say which
+// protocol they mean (NATS uses tls:// too).
 var sinkSchemes = []sinkScheme{
 	{name: "stdout", open: openStdoutSink},
-	{name: "http", open: openWebhookSink},
-	{name: "https", open: openWebhookSink},
+	{name: "http", takes: webhookOptions, open: openWebhookSink},
+	{name: "https", takes: webhookOptions, open: openWebhookSink},
+	{name: natssink.Scheme, takes: brokerOptions, tokenUser: true, open: brokerSink(natssink.ConfigFromURL,
+		func(c *natssink.Config) commonFields { return commonFields{&c.Router, &c.Source, &c.Logger} }, natssink.New)},
+	{name: kafkasink.Scheme, takes: brokerOptions, open: brokerSink(kafkasink.ConfigFromURL,
+		func(c *kafkasink.Config) commonFields { return commonFields{&c.Router, &c.Source, &c.Logger} }, kafkasink.New)},
+	{name: "amqp", takes: brokerOptions, open: openAMQPSink},
+	{name: "amqps", takes: brokerOptions, open: openAMQPSink},
+	{name: "redis", takes: brokerOptions, open: openRedisSink},
+	{name: "rediss", takes: brokerOptions, open: openRedisSink},
+	{name: "mqtt", takes: brokerOptions, open: openMQTTSink},
+	{name: "mqtts", takes: brokerOptions, open: openMQTTSink},
 }
 
-// openSink opens the sink raw names. An unknown scheme or a malformed URL is
-// a usage error; credentials in the URL are registered with r first.
-func openSink(raw string, o sinkOptions, r *redactor) (outbox.Sink, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		// url.Error quotes the URL; keep the cause only, the URL may hold
-		// credentials.
-		cause := err
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			cause = ue.Err
-		}
-		return nil, usagef("invalid --sink URL: %v", cause)
+var (
+	openAMQPSink = brokerSink(amqpsink.ConfigFromURL,
+		func(c *amqpsink.Config) commonFields { return commonFields{&c.Router, &c.Source, &c.Logger} }, amqpsink.New)
+	openRedis = brokerSink(redissink.ConfigFromURL,
+		func(c *redissink.Config) commonFields { return commonFields{&c.Router, &c.Source, &c.Logger} }, redissink.New)
+	openMQTTSink = brokerSink(mqttsink.ConfigFromURL,
+		func(c *mqttsink.Config) commonFields { return commonFields{&c.Router, &c.Source, &c.Logger} }, mqttsink.New)
+)
+
+// openRedisSink sends go-redis's own logs, which it otherwise prints to
+// stderr past the redactor, to the relay's logger at debug level: they
+// repeat, per dial attempt, what the sink reports as errors.
+func openRedisSink(ctx context.Context, raw string, o sinkOptions) (outbox.Sink, error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	if u.User != nil {
-		pw, _ := u.User.Password()
-		r.add(pw)
-	}
-	scheme := u.Scheme
-	if scheme == "" && u.Host == "" && !strings.ContainsAny(raw, ":/") {
-		scheme = raw // "stdout" as well as "stdout:"
-	}
-	for _, s := range sinkSchemes {
-		if s.name == strings.ToLower(scheme) {
-			sink, err := s.open(u, o)
-			if err != nil {
-				return nil, sinkConfigError(err)
-			}
-			return sink, nil
-		}
-	}
+	redis.SetLogger(redisLogger{logger})
+	return openRedis(ctx, raw, o)
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "component", "go-redis", "message", fmt.Sprintf(format, v...))
+}
+
+// schemeSyntax is what RFC 3986 allows as a URL scheme.
+var schemeSyntax = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// sinkSchemeOf returns the scheme of a --sink value: what precedes the
+// first colon, or the whole value when it has none ("stdout").
+func sinkSchemeOf(raw string) string {
+	scheme, _, _ := strings.Cut(raw, ":")
+	return strings.ToLower(scheme)
+}
+
+// schemeNames lists every --sink scheme.
+func schemeNames() string {
 	names := make([]string, len(sinkSchemes))
 	for i, s := range sinkSchemes {
 		names[i] = s.name
 	}
-	return nil, usagef("unknown sink scheme %q: use one of %s", scheme, strings.Join(names, ", "))
+	return strings.Join(names, ", ")
 }
 
-// describeSink names the sink raw points to, without credentials.
-func describeSink(raw string, r *redactor) string {
-	if u, err := url.Parse(raw); err == nil {
-		raw = u.Redacted()
+// openSink opens the sink raw names. An unknown scheme, a malformed URL or
+// an option the sink does not take is a usage error; credentials in the
+// URL are registered with r first. A sink that cannot connect to its
+// broker is a runtime error.
+func openSink(ctx context.Context, raw string, o sinkOptions, r *redactor) (outbox.Sink, error) {
+	name := sinkSchemeOf(raw)
+	i := slices.IndexFunc(sinkSchemes, func(s sinkScheme) bool { return s.name == name })
+	if i < 0 {
+		if !schemeSyntax.MatchString(name) {
+			return nil, usagef("invalid --sink: it has no URL scheme: use one of %s, such as nats://127.0.0.1:4222", schemeNames())
+		}
+		return nil, usagef("unknown sink scheme %q: use one of %s", clip(name), schemeNames())
 	}
-	return r.String(raw)
+	s := sinkSchemes[i]
+	registerSinkSecrets(r, raw, s.tokenUser)
+	for _, opt := range []sinkOption{optSource, optRoute, optWebhook} {
+		if how, given := o.given[opt]; given && !slices.Contains(s.takes, opt) {
+			return nil, usagef("%s does not apply to the %s sink: %s; remove it", how, s.name, optionScope(opt))
+		}
+	}
+	return s.open(ctx, raw, o)
+}
+
+// optionScope says which sinks take opt.
+func optionScope(opt sinkOption) string {
+	var names []string
+	for _, s := range sinkSchemes {
+		if slices.Contains(s.takes, opt) {
+			names = append(names, s.name)
+		}
+	}
+	what := map[sinkOption]string{optSource: "a CloudEvents source", optRoute: "routing", optWebhook: "the webhook settings"}[opt]
+	return what + " applies to " + strings.Join(names, ", ")
+}
+
+// commonFields points at the settings every broker sink's Config has.
+type commonFields struct {
+	router **route.Router
+	source *string
+	logger **slog.Logger
+}
+
+// brokerSink returns the open function of a broker sink package: parse its
+// URL, apply the relay's routing, source and logger, and connect.
+func brokerSink[C any, S outbox.Sink](
+	parse func(string) (C, error),
+	common func(*C) commonFields,
+	connect func(context.Context, C) (S, error),
+) func(context.Context, string, sinkOptions) (outbox.Sink, error) {
+	return func(ctx context.Context, raw string, o sinkOptions) (outbox.Sink, error) {
+		cfg, err := parse(raw)
+		if err != nil {
+			return nil, sinkConfigError(err)
+		}
+		f := common(&cfg)
+		if o.Router != nil {
+			if *f.router != nil {
+				return nil, usagef("%s and the --sink URL's route option both set the route: keep one", o.given[optRoute])
+			}
+			*f.router = o.Router
+		}
+		if o.Source != "" {
+			if *f.source != "" {
+				return nil, usagef("%s and the --sink URL's source option both set the source: keep one", o.given[optSource])
+			}
+			*f.source = o.Source
+		}
+		*f.logger = o.Logger
+		sink, err := connect(ctx, cfg)
+		if err != nil {
+			var ce *outbox.ConfigError
+			if errors.As(err, &ce) {
+				return nil, sinkConfigError(err)
+			}
+			return nil, err // the broker is down or refused us: exit 1
+		}
+		return sink, nil
+	}
 }
 
 // openStdoutSink writes events as JSON lines to standard output.
-func openStdoutSink(_ *url.URL, o sinkOptions) (outbox.Sink, error) {
+func openStdoutSink(_ context.Context, _ string, o sinkOptions) (outbox.Sink, error) {
 	return stdoutsink.New(o.Stdout), nil
 }
 
 // openWebhookSink POSTs each event to the URL as a CloudEvent, signed with
 // --webhook-secret.
-func openWebhookSink(u *url.URL, o sinkOptions) (outbox.Sink, error) {
-	return webhooksink.New(webhooksink.Config{
-		URL:         u.String(),
+func openWebhookSink(_ context.Context, raw string, o sinkOptions) (outbox.Sink, error) {
+	sink, err := webhooksink.New(webhooksink.Config{
+		URL:         raw,
 		Secret:      o.WebhookSecret,
 		Source:      o.Source,
 		Timeout:     o.Timeout,
 		Concurrency: o.Concurrency,
 	})
+	if err != nil {
+		return nil, sinkConfigError(err)
+	}
+	return sink, nil
 }
 
 // sinkFlagNames maps sink Config fields to the relay flags that set them.
 var sinkFlagNames = map[string]string{
-	"URL": "--sink", "Secret": "--webhook-secret", "Source": "--source",
+	"URL": "--sink", "Servers": "--sink", "Brokers": "--sink", "Secret": "--webhook-secret", "Source": "--source",
 	"Concurrency": "--sink-concurrency", "Timeout": "--sink-timeout",
 }
 
 // sinkConfigError names the flag behind an invalid sink setting; every
-// error opening a sink is bad usage.
+// error in a sink's configuration is bad usage.
 func sinkConfigError(err error) error {
 	var ce *outbox.ConfigError
 	if errors.As(err, &ce) {
 		if name, ok := sinkFlagNames[ce.Field]; ok {
 			return usagef("invalid %s: %v", name, ce.Err)
 		}
+		return usagef("invalid --sink: %v", err)
 	}
 	return &usageError{err: err}
+}
+
+// sinkURLParts takes a sink URL apart by hand, as the sink packages do for
+// host lists that net/url refuses (nats://a:4222,b:4222): scheme,
+// userinfo, authority (hosts), and the rest (path, query, fragment).
+func sinkURLParts(raw string) (scheme, userinfo, hosts, rest string, ok bool) {
+	scheme, after, ok := strings.Cut(raw, "://")
+	if !ok {
+		return "", "", "", "", false
+	}
+	end := strings.IndexAny(after, "/?#")
+	if end < 0 {
+		end = len(after)
+	}
+	authority, rest := after[:end], after[end:]
+	// The password may hold an unescaped '@': the host follows the last.
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		userinfo, authority = authority[:at], authority[at+1:]
+	}
+	return scheme, userinfo, authority, rest, true
+}
+
+// registerSinkSecrets registers the credentials a sink URL may hold: the
+// password (raw and percent-decoded), a token given as the user name
+// (tokenUser), and query values whose names say they are secrets.
+func registerSinkSecrets(r *redactor, raw string, tokenUser bool) {
+	_, userinfo, _, rest, ok := sinkURLParts(raw)
+	if !ok {
+		return
+	}
+	user, pass, hasPass := strings.Cut(userinfo, ":")
+	secrets := []string{pass}
+	if tokenUser && !hasPass {
+		secrets = append(secrets, user)
+	}
+	if _, query, found := strings.Cut(rest, "?"); found {
+		query, _, _ = strings.Cut(query, "#")
+		for _, kv := range strings.Split(query, "&") {
+			k, v, _ := strings.Cut(kv, "=")
+			if lk := strings.ToLower(k); strings.Contains(lk, "pass") || strings.Contains(lk, "token") || strings.Contains(lk, "secret") {
+				secrets = append(secrets, v)
+			}
+		}
+	}
+	for _, s := range secrets {
+		r.add(s)
+		if d, err := url.PathUnescape(s); err == nil {
+			r.add(d)
+		}
+	}
+}
+
+// describeSink names the sink raw points to for logs and metrics: scheme,
+// hosts and, for brokers, the path (an AMQP vhost, a Redis database), with
+// no userinfo and no query values. A webhook's path is left out too: it
+// often carries a token.
+func describeSink(raw string, r *redactor) string {
+	scheme, _, hosts, rest, ok := sinkURLParts(raw)
+	if !ok {
+		// stdout: and other URLs without an authority hold no credentials
+		// of their own.
+		return r.String(sinkSchemeOf(raw) + ":")
+	}
+	scheme = strings.ToLower(scheme)
+	path, query, _ := strings.Cut(rest, "?")
+	path, _, _ = strings.Cut(path, "#")
+	out := scheme + "://" + hosts
+	switch scheme {
+	case "http", "https":
+		if rest != "" && rest != "/" {
+			out += "/…"
+		}
+	default:
+		out += path
+		if query != "" {
+			out += "?…"
+		}
+	}
+	return r.String(out)
+}
+
+// describeSinkError wraps err from opening the sink with the sink's
+// description.
+func describeSinkError(desc string, err error) error {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("sink %s: %w", desc, err)
 }
