@@ -9,20 +9,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The shared test pool of the relay scenarios lives for the whole
-		// test binary.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
-	)
-}
+func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
 
 // memorySink is the simplest correct sink: it stores events in memory.
 // The suite must pass it with every optional capability enabled.

@@ -18,7 +18,7 @@ import (
 // it back.
 func Example() {
 	ctx := context.Background()
-	cfg, err := amqpsink.ConfigFromURL(brokerURL() + "?route=example.%7Bevent_type%7D")
+	cfg, err := amqpsink.ConfigFromURL(broker.URL() + "?route=example.%7Bevent_type%7D")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func Example() {
 	defer sink.Close()
 
 	// A consumer's queue, named like the routing key.
-	conn, err := amqp.Dial(brokerURL())
+	conn, err := amqp.Dial(broker.URL())
 	if err != nil {
 		log.Fatal(err)
 	}

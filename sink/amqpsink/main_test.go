@@ -2,75 +2,27 @@ package amqpsink_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"net/url"
-	"os"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
+	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The shared test pool lives for the whole test binary.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
-	)
-}
+func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
 
-// brokerURLDefault is the local RabbitMQ.
-const brokerURLDefault = "amqp://guest:guest@127.0.0.1:5672/"
-
-// brokerURL is TEST_AMQP_URL, or brokerURLDefault.
-func brokerURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return brokerURLDefault
-}
-
-// brokerAddr is the broker's host:port.
-func brokerAddr(t testing.TB) string {
-	u, err := url.Parse(brokerURL())
-	require.NoError(t, err)
-	if u.Port() == "" {
-		return u.Hostname() + ":5672"
-	}
-	return u.Host
-}
-
-// urlVia is the broker URL with its host replaced by addr (a proxy).
-func urlVia(t testing.TB, addr string) string {
-	u, err := url.Parse(brokerURL())
-	require.NoError(t, err)
-	u.Host = addr
-	return u.String()
-}
-
-var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
+// broker is the RabbitMQ the tests use.
+var broker = brokertest.Broker{Name: "RabbitMQ", Env: "TEST_AMQP_URL", Default: "amqp://guest:guest@127.0.0.1:5672/", Port: "5672"}
 
 // uniqueName is a broker object name unique to this test run.
-func uniqueName(t testing.TB) string {
-	base := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "-")
-	if len(base) > 60 {
-		base = base[:60]
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "outbox-test." + base + "." + hex.EncodeToString(b[:])
-}
+func uniqueName(t testing.TB) string { return brokertest.UniqueName(t, "outbox-test.", ".") }
 
 // admin is a test's own connection to the broker for declaring and
 // consuming.
@@ -81,9 +33,9 @@ type admin struct {
 
 func newAdmin(t *testing.T) *admin {
 	t.Helper()
-	conn, err := amqp.Dial(brokerURL())
+	conn, err := amqp.Dial(broker.URL())
 	if err != nil {
-		t.Fatalf("RabbitMQ is not reachable at TEST_AMQP_URL (default %s): %v; start it (see DEVELOPERS.md) or set TEST_AMQP_URL", brokerURLDefault, err)
+		broker.Unreachable(t, err)
 	}
 	ch, err := conn.Channel()
 	require.NoError(t, err)
@@ -122,7 +74,7 @@ func (a *admin) consume(t *testing.T, exchange, key string) *consumer {
 	if exchange != "" {
 		require.NoError(t, a.ch.QueueBind(queue, key, exchange, false, nil))
 	}
-	conn, err := amqp.Dial(brokerURL())
+	conn, err := amqp.Dial(broker.URL())
 	require.NoError(t, err)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
@@ -180,15 +132,10 @@ func (c *consumer) byID() map[string]amqp.Delivery {
 func newSink(t *testing.T, cfg amqpsink.Config) *amqpsink.Sink {
 	t.Helper()
 	if cfg.URL == "" {
-		cfg.URL = brokerURL()
+		cfg.URL = broker.URL()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	s, err := amqpsink.New(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	return s
+	return brokertest.Open(t, func(ctx context.Context) (*amqpsink.Sink, error) { return amqpsink.New(ctx, cfg) })
 }

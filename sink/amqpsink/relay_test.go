@@ -60,8 +60,8 @@ func TestRelayLosesNothingWhileBrokerIsDown(t *testing.T) {
 	a := newAdmin(t)
 	exchange := a.exchange(t)
 	c := a.consume(t, exchange, "#")
-	p := tcpproxy.Start(t, brokerAddr(t))
-	h := c.relayHarness(newSink(t, amqpsink.Config{URL: urlVia(t, p.Addr()), Exchange: exchange, ReconnectWait: 100 * time.Millisecond}))
+	p := tcpproxy.Start(t, broker.Addr(t))
+	h := c.relayHarness(newSink(t, amqpsink.Config{URL: broker.URLVia(t, p.Addr()), Exchange: exchange, ReconnectWait: 100 * time.Millisecond}))
 	h.Faults = p
 	h.ReconnectsIdle = true // the sink's supervisor redials at once
 	sinktest.RelayBrokerDown(t, h)

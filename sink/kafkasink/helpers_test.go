@@ -2,8 +2,6 @@ package kafkasink_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net"
@@ -18,21 +16,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/goleak"
 
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
+	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/kafkasink"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The shared test pool of the end-to-end tests lives for the whole
-		// test binary.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
-	)
-}
+func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
 
 // BrokersEnv names a real cluster to run the tests against instead of an
 // in-process kfake cluster: a comma-separated list of host:port. The
@@ -74,17 +66,11 @@ func newCluster(t *testing.T) *cluster {
 // real reports whether the tests run against a real cluster.
 func (c *cluster) real() bool { return c.fake == nil }
 
-func randomName() string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // topic creates a topic of the test's own with partitions partitions,
 // deleted when t ends.
 func (c *cluster) topic(t *testing.T, partitions int32) string {
 	t.Helper()
-	name := "outbox-test-" + randomName()
+	name := "outbox-test-" + brokertest.RandomName()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrCreateTopicsRequest()
@@ -185,10 +171,7 @@ func (c *cluster) config(t *testing.T, topic string) kafkasink.Config {
 // newSink returns a connected sink, closed when t ends.
 func newSink(t *testing.T, cfg kafkasink.Config) *kafkasink.Sink {
 	t.Helper()
-	s, err := kafkasink.New(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	return s
+	return brokertest.Open(t, func(ctx context.Context) (*kafkasink.Sink, error) { return kafkasink.New(ctx, cfg) })
 }
 
 // faults routes a sink's connections to the brokers through one TCP

@@ -17,7 +17,7 @@ import (
 // Publishing an event and receiving it as a CloudEvents JSON message.
 func Example() {
 	ctx := context.Background()
-	cfg, err := mqttsink.ConfigFromURL(brokerURL() + "?route=example%2F%7Baggregate_type%7D%2F%7Bevent_type%7D")
+	cfg, err := mqttsink.ConfigFromURL(broker.URL() + "?route=example%2F%7Baggregate_type%7D%2F%7Bevent_type%7D")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func Example() {
 
 	// A subscriber.
 	received := make(chan mqtt.Message, 1)
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(brokerURL()).SetClientID("example-subscriber"))
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID("example-subscriber"))
 	if tok := sub.Connect(); tok.Wait() && tok.Error() != nil {
 		log.Fatal(tok.Error())
 	}

@@ -2,76 +2,31 @@ package mqttsink_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net/url"
-	"os"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
+	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/sink/mqttsink"
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The shared test pool lives for the whole test binary.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
-	)
-}
+func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
 
-// brokerURLDefault is the local MQTT broker.
-const brokerURLDefault = "mqtt://127.0.0.1:1883"
-
-// brokerURL is TEST_MQTT_URL, or brokerURLDefault.
-func brokerURL() string {
-	if u := os.Getenv("TEST_MQTT_URL"); u != "" {
-		return u
-	}
-	return brokerURLDefault
-}
-
-// brokerAddr is the broker's host:port.
-func brokerAddr(t testing.TB) string {
-	u, err := url.Parse(brokerURL())
-	require.NoError(t, err)
-	if u.Port() == "" {
-		return u.Hostname() + ":1883"
-	}
-	return u.Host
-}
-
-// urlVia is the broker URL with its host replaced by addr (a proxy).
-func urlVia(t testing.TB, addr string) string {
-	u, err := url.Parse(brokerURL())
-	require.NoError(t, err)
-	u.Host = addr
-	return u.String()
-}
-
-var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
+// broker is the MQTT broker the tests use.
+var broker = brokertest.Broker{Name: "the MQTT broker", Env: "TEST_MQTT_URL", Default: "mqtt://127.0.0.1:1883", Port: "1883"}
 
 // uniqueTopic is a topic level unique to this test run.
-func uniqueTopic(t testing.TB) string {
-	base := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "-")
-	if len(base) > 60 {
-		base = base[:60]
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "outbox-test/" + base + "-" + hex.EncodeToString(b[:])
-}
+func uniqueTopic(t testing.TB) string { return brokertest.UniqueName(t, "outbox-test/", "-") }
 
 // received is one message a subscriber got, decoded.
 type received struct {
@@ -98,10 +53,10 @@ type subscriber struct {
 // subscribe subscribes with QoS 1 to filter until the test ends.
 func subscribe(t *testing.T, filter string) *subscriber {
 	t.Helper()
-	u, err := url.Parse(brokerURL())
+	u, err := url.Parse(broker.URL())
 	require.NoError(t, err)
 	sub := &subscriber{}
-	opts := mqtt.NewClientOptions().AddBroker("tcp://" + brokerAddr(t)).SetClientID("outbox-test-sub-" + hex.EncodeToString([]byte(filter))[:16] + strconv.FormatInt(time.Now().UnixNano(), 36)).
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + broker.Addr(t)).SetClientID("outbox-test-sub-" + hex.EncodeToString([]byte(filter))[:16] + strconv.FormatInt(time.Now().UnixNano(), 36)).
 		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(false)
 	if u.User != nil {
 		opts.SetUsername(u.User.Username())
@@ -110,7 +65,7 @@ func subscribe(t *testing.T, filter string) *subscriber {
 	}
 	c := mqtt.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("the MQTT broker is not reachable at TEST_MQTT_URL (default %s): %v; start it (see DEVELOPERS.md) or set TEST_MQTT_URL", brokerURLDefault, tok.Error())
+		broker.Unreachable(t, tok.Error())
 	}
 	t.Cleanup(func() { c.Disconnect(100) })
 	tok := c.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
@@ -159,15 +114,10 @@ func (s *subscriber) deliveries(t *testing.T) []sinktest.Delivery {
 func newSink(t *testing.T, cfg mqttsink.Config) *mqttsink.Sink {
 	t.Helper()
 	if cfg.URL == "" {
-		cfg.URL = brokerURL()
+		cfg.URL = broker.URL()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	s, err := mqttsink.New(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	return s
+	return brokertest.Open(t, func(ctx context.Context) (*mqttsink.Sink, error) { return mqttsink.New(ctx, cfg) })
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
 	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/mqttsink"
@@ -30,8 +31,8 @@ func TestConformance(t *testing.T) {
 	sinktest.Run(t, func(t *testing.T) sinktest.Harness {
 		prefix := uniqueTopic(t)
 		sub := subscribe(t, prefix+"/#")
-		fail := tcpproxy.Start(t, brokerAddr(t))
-		s := newSink(t, mqttsink.Config{URL: urlVia(t, fail.Addr()), Router: under(t, prefix), ReconnectWait: 200 * time.Millisecond})
+		fail := tcpproxy.Start(t, broker.Addr(t))
+		s := newSink(t, mqttsink.Config{URL: broker.URLVia(t, fail.Addr()), Router: under(t, prefix), ReconnectWait: 200 * time.Millisecond})
 		return sinktest.Harness{
 			Sink:      s,
 			Delivered: sub.deliveries,
@@ -136,18 +137,14 @@ func TestNewFailsWhenBrokerUnreachable(t *testing.T) {
 	t.Parallel()
 	const pw = "s3cret-pw"
 	_, err := mqttsink.New(t.Context(), mqttsink.Config{URL: "mqtt://user:" + pw + "@127.0.0.1:1", DialTimeout: 2 * time.Second})
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), pw)
-	require.NotContains(t, err.Error(), "\n")
-	require.Contains(t, err.Error(), "mqttsink: connect to mqtt://127.0.0.1:1: ")
-	require.Contains(t, err.Error(), "is the MQTT broker running and reachable?")
+	brokertest.RequireConnectError(t, err, pw, "mqttsink: connect to mqtt://127.0.0.1:1: ", "is the MQTT broker running and reachable?")
 }
 
 func TestNewHonoursContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := mqttsink.New(ctx, mqttsink.Config{URL: brokerURL()})
+	_, err := mqttsink.New(ctx, mqttsink.Config{URL: broker.URL()})
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -155,8 +152,8 @@ func TestReconnectsAfterConnectionLoss(t *testing.T) {
 	t.Parallel()
 	prefix := uniqueTopic(t)
 	sub := subscribe(t, prefix+"/#")
-	p := tcpproxy.Start(t, brokerAddr(t))
-	s := newSink(t, mqttsink.Config{URL: urlVia(t, p.Addr()), Router: under(t, prefix), ReconnectWait: 5 * time.Second})
+	p := tcpproxy.Start(t, broker.Addr(t))
+	s := newSink(t, mqttsink.Config{URL: broker.URLVia(t, p.Addr()), Router: under(t, prefix), ReconnectWait: 5 * time.Second})
 	require.Nil(t, s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)}))
 	accepted := p.Accepted()
 
@@ -176,14 +173,9 @@ func TestReconnectsAfterConnectionLoss(t *testing.T) {
 
 func TestPublishAfterClose(t *testing.T) {
 	t.Parallel()
-	s, err := mqttsink.New(t.Context(), mqttsink.Config{URL: brokerURL()})
+	s, err := mqttsink.New(t.Context(), mqttsink.Config{URL: broker.URL()})
 	require.NoError(t, err)
-	require.NoError(t, s.Close())
-	require.NoError(t, s.Close(), "Close is idempotent")
-	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
-	require.Len(t, errs, 1)
-	require.False(t, outbox.IsPermanent(errs[0]))
-	require.ErrorContains(t, errs[0], "sink is closed")
+	require.ErrorContains(t, brokertest.PublishAfterClose(t, s), "sink is closed")
 }
 
 func TestLargeBatchLosesNothing(t *testing.T) {

@@ -53,8 +53,8 @@ func TestRelayLosesNothingWhileBrokerIsDown(t *testing.T) {
 	t.Parallel()
 	prefix := uniqueTopic(t)
 	sub := subscribe(t, prefix+"/#")
-	p := tcpproxy.Start(t, brokerAddr(t))
-	h := sub.relayHarness(newSink(t, mqttsink.Config{URL: urlVia(t, p.Addr()), Router: under(t, prefix), ReconnectWait: 100 * time.Millisecond}))
+	p := tcpproxy.Start(t, broker.Addr(t))
+	h := sub.relayHarness(newSink(t, mqttsink.Config{URL: broker.URLVia(t, p.Addr()), Router: under(t, prefix), ReconnectWait: 100 * time.Millisecond}))
 	h.Faults = p
 	h.ReconnectsIdle = true // the sink's supervisor redials at once
 	sinktest.RelayBrokerDown(t, h)

@@ -2,8 +2,6 @@ package natssink_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"os"
@@ -14,20 +12,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
+	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/natssink"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The shared test pool of the end-to-end tests lives for the whole
-		// test binary.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
-	)
-}
+func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
 
 // natsAddr is the JetStream-enabled server the tests use:
 // OUTBOX_TEST_NATS_ADDR, or the local one.
@@ -40,13 +32,6 @@ func natsAddr() string {
 
 // quiet is a logger that drops everything.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// randomName returns a short random lower-case name.
-func randomName() string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // broker is a test's view of the real NATS server: an admin connection and
 // a stream of its own.
@@ -75,7 +60,7 @@ func connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 func newBroker(t *testing.T) *broker {
 	t.Helper()
 	nc, js := connect(t)
-	id := randomName()
+	id := brokertest.RandomName()
 	b := &broker{nc: nc, js: js, stream: "OUTBOX_TEST_" + strings.ToUpper(id), prefix: "t" + id}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -140,12 +125,7 @@ func (b *broker) config(t *testing.T) natssink.Config {
 // newSink returns a connected sink, closed when t ends.
 func newSink(t *testing.T, cfg natssink.Config) *natssink.Sink {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := natssink.New(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	return s
+	return brokertest.Open(t, func(ctx context.Context) (*natssink.Sink, error) { return natssink.New(ctx, cfg) })
 }
 
 func mustRouter(t *testing.T, template string) *route.Router {

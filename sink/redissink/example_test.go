@@ -16,7 +16,7 @@ import (
 // Appending an event to a stream and reading the entry back.
 func Example() {
 	ctx := context.Background()
-	cfg, err := redissink.ConfigFromURL(serverURL() + "?route=example.%7Baggregate_type%7D&maxlen=1000")
+	cfg, err := redissink.ConfigFromURL(server.URL() + "?route=example.%7Baggregate_type%7D&maxlen=1000")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func Example() {
 	}
 	defer sink.Close()
 
-	opts, err := redis.ParseURL(serverURL())
+	opts, err := redis.ParseURL(server.URL())
 	if err != nil {
 		log.Fatal(err)
 	}

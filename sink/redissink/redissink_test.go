@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
 	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/redissink"
@@ -28,9 +29,9 @@ func TestConformance(t *testing.T) {
 	sinktest.Run(t, func(t *testing.T) sinktest.Harness {
 		rdb := admin(t)
 		stream := uniqueKey(t, rdb)
-		fail := tcpproxy.Start(t, serverAddr(t))
+		fail := tcpproxy.Start(t, server.Addr(t))
 		// No client-side retries, so a failing server fails fast.
-		s := newSink(t, redissink.Config{URL: urlVia(t, fail.Addr()) + "?max_retries=-1", Router: fixed(t, stream)})
+		s := newSink(t, redissink.Config{URL: server.URLVia(t, fail.Addr()) + "?max_retries=-1", Router: fixed(t, stream)})
 		return sinktest.Harness{
 			Sink:      s,
 			Delivered: deliveries(rdb, stream),
@@ -158,27 +159,21 @@ func TestNewFailsWhenServerUnreachable(t *testing.T) {
 	t.Parallel()
 	const pw = "s3cret-pw"
 	_, err := redissink.New(t.Context(), redissink.Config{URL: "redis://:" + pw + "@127.0.0.1:1/0"})
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), pw)
-	require.NotContains(t, err.Error(), "\n")
-	require.Contains(t, err.Error(), "redissink: connect to redis://127.0.0.1:1/0: ")
-	require.Contains(t, err.Error(), "is Redis running and reachable?")
+	brokertest.RequireConnectError(t, err, pw, "redissink: connect to redis://127.0.0.1:1/0: ", "is Redis running and reachable?")
 }
 
 func TestNewFailsOnBadPassword(t *testing.T) {
 	t.Parallel()
 	const pw = "wrong-password-x"
-	_, err := redissink.New(t.Context(), redissink.Config{URL: "redis://nobody:" + pw + "@" + serverAddr(t) + "/0"})
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), pw)
-	require.Contains(t, err.Error(), "check the user and password")
+	_, err := redissink.New(t.Context(), redissink.Config{URL: "redis://nobody:" + pw + "@" + server.Addr(t) + "/0"})
+	brokertest.RequireConnectError(t, err, pw, "check the user and password")
 }
 
 func TestNewHonoursContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := redissink.New(ctx, redissink.Config{URL: serverURL()})
+	_, err := redissink.New(ctx, redissink.Config{URL: server.URL()})
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -186,8 +181,8 @@ func TestReconnectsAfterConnectionLoss(t *testing.T) {
 	t.Parallel()
 	rdb := admin(t)
 	stream := uniqueKey(t, rdb)
-	p := tcpproxy.Start(t, serverAddr(t))
-	s := newSink(t, redissink.Config{URL: urlVia(t, p.Addr()), Router: fixed(t, stream)})
+	p := tcpproxy.Start(t, server.Addr(t))
+	s := newSink(t, redissink.Config{URL: server.URLVia(t, p.Addr()), Router: fixed(t, stream)})
 	require.Nil(t, s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)}))
 	accepted := p.Accepted()
 	p.Cut()
@@ -210,14 +205,9 @@ func TestUsesGivenClient(t *testing.T) {
 
 func TestPublishAfterClose(t *testing.T) {
 	t.Parallel()
-	s, err := redissink.New(t.Context(), redissink.Config{URL: serverURL()})
+	s, err := redissink.New(t.Context(), redissink.Config{URL: server.URL()})
 	require.NoError(t, err)
-	require.NoError(t, s.Close())
-	require.NoError(t, s.Close(), "Close is idempotent")
-	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
-	require.Len(t, errs, 1)
-	require.False(t, outbox.IsPermanent(errs[0]))
-	require.ErrorContains(t, errs[0], "sink is closed")
+	require.ErrorContains(t, brokertest.PublishAfterClose(t, s), "sink is closed")
 }
 
 var _ redis.UniversalClient = (*redis.Client)(nil)

@@ -52,8 +52,8 @@ func TestRelayLosesNothingWhileServerIsDown(t *testing.T) {
 	t.Parallel()
 	rdb := admin(t)
 	stream := uniqueKey(t, rdb)
-	p := tcpproxy.Start(t, serverAddr(t))
-	h := relayHarness(rdb, stream, newSink(t, redissink.Config{URL: urlVia(t, p.Addr()), Router: fixed(t, stream)}))
+	p := tcpproxy.Start(t, server.Addr(t))
+	h := relayHarness(rdb, stream, newSink(t, redissink.Config{URL: server.URLVia(t, p.Addr()), Router: fixed(t, stream)}))
 	h.Faults = p // go-redis dials again on the next command, not before
 	sinktest.RelayBrokerDown(t, h)
 }

@@ -17,10 +17,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
 )
+
+// VerifyTestMain runs the tests of m and then fails if goroutines leaked,
+// except those of the shared test database pool, which lives for the
+// whole test binary.
+func VerifyTestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	)
+}
 
 // Quiet is a logger that drops everything.
 var Quiet = slog.New(slog.DiscardHandler)
