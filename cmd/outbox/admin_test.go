@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -152,4 +153,15 @@ func TestAdminBasicAuth(t *testing.T) {
 	require.Contains(t, body, `"principal": "ops"`)
 	require.Equal(t, 0, p.stop(t, syscall.SIGINT))
 	require.False(t, strings.Contains(p.stderr.String(), "basic-secret-pw"))
+}
+
+func TestAdminOnSQLite(t *testing.T) {
+	t.Parallel()
+	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
+	requireOK(t, run(t, nil, "--database-url", dbURL, "migrate"))
+	p, base := startAdmin(t, dbURL, "public", nil, "--addr", "127.0.0.1:0")
+	code, body := adminGet(t, base+"api/stats")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"pending": 0`)
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM))
 }

@@ -79,17 +79,12 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 			if err := check.WithDefaults().Validate(); err != nil {
 				return adminConfigError(err)
 			}
-			pc, err := a.poolConfig("")
+			db, closer, _, err := a.openDatabase(cmd.Context(), "")
 			if err != nil {
 				return err
 			}
-			pc.ConnConfig.RuntimeParams["application_name"] = "outbox-admin"
-			pool, err := a.open(cmd.Context(), pc)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			cfg.Manager = outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: a.schema})
+			defer func() { _ = closer.Close() }()
+			cfg.Manager = outbox.NewManager(db, outbox.ManagerConfig{Schema: a.schema})
 			if err := cfg.Manager.Ping(cmd.Context()); err != nil {
 				return a.tableError(err)
 			}
