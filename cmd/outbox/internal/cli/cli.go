@@ -82,10 +82,11 @@ type app struct {
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "outbox",
-		Short: "Operate a transactional outbox in PostgreSQL",
-		Long: `outbox operates a transactional outbox in PostgreSQL: applications write events
-into the outbox_events table in their own transactions, and the relay publishes
-them to a sink (stdout, an HTTP webhook, a broker).
+		Short: "Operate a transactional outbox in PostgreSQL, SQLite or MySQL/MariaDB",
+		Long: `outbox operates a transactional outbox in PostgreSQL, SQLite or MySQL/MariaDB:
+applications write events into the outbox_events table in their own
+transactions, and the relay publishes them to a sink (stdout, an HTTP
+webhook, a broker).
 
 Every command takes the database from --database-url or $` + EnvDatabaseURL + `.
 The password in it never appears in output or logs.`,
@@ -104,7 +105,7 @@ The password in it never appears in output or logs.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 
 	f := root.PersistentFlags()
-	f.StringVar(&a.databaseURLFlag, "database-url", "", "PostgreSQL URL, such as postgres://user:password@host:5432/db (default $"+EnvDatabaseURL+")")
+	f.StringVar(&a.databaseURLFlag, "database-url", "", "database URL: postgres://user:password@host:5432/db, sqlite:///path/app.db or mysql://user:password@host:3306/db (default $"+EnvDatabaseURL+")")
 	f.StringVar(&a.schema, "schema", outbox.SchemaDefault, "schema that holds outbox_events")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
