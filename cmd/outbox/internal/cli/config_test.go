@@ -269,3 +269,32 @@ func FuzzParseConfigFile(f *testing.F) {
 		}
 	})
 }
+
+// TestDocsConfigExample parses the complete example of docs/brokers.md, so
+// the documentation never shows a file the relay refuses.
+func TestDocsConfigExample(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "brokers.md"))
+	require.NoError(t, err)
+	_, rest, found := strings.Cut(string(doc), "A complete file with every key")
+	require.True(t, found, "docs/brokers.md lost its complete config example")
+	_, rest, found = strings.Cut(rest, "```yaml\n")
+	require.True(t, found)
+	example, _, found := strings.Cut(rest, "```")
+	require.True(t, found)
+	anything := func(name string) (string, bool) {
+		if strings.HasSuffix(name, "_URL") {
+			return "https://alerts.example.com/outbox", true
+		}
+		return "x", true
+	}
+	cfg, err := parseConfigFile("brokers.md", []byte(example), anything)
+	require.NoError(t, err)
+	require.NotEmpty(t, cfg.values)
+	for _, k := range fileKeys {
+		require.Contains(t, example, " "+k.name+":", "the example shows %s", k.path())
+		if _, set := cfg.get(k.flag); !set {
+			require.Contains(t, example, "# "+k.name+":", "%s is shown commented out", k.path())
+		}
+	}
+}
