@@ -76,6 +76,21 @@ type Received struct {
 	Message any
 }
 
+// DeliveriesOf adapts a RelayHarness.Received to Harness.Delivered, so a
+// sink's tests read their broker back one way for both: the id and type
+// attributes become Delivery.ID and Delivery.EventType.
+func DeliveriesOf(received func(t *testing.T) []Received) func(t *testing.T) []Delivery {
+	return func(t *testing.T) []Delivery {
+		var ds []Delivery
+		for _, r := range received(t) {
+			id, err := strconv.ParseInt(r.Attributes["id"], 10, 64)
+			require.NoError(t, err, "the id attribute of a message")
+			ds = append(ds, Delivery{ID: id, EventType: r.Attributes["type"], Payload: r.Payload})
+		}
+		return ds
+	}
+}
+
 // Faults breaks the connections between a sink and its broker, such as a
 // TCP proxy between them.
 type Faults interface {

@@ -108,3 +108,11 @@ func TestRelayScenariosPassAMemoryBroker(t *testing.T) {
 		)
 	})
 }
+
+func TestDeliveriesOfFeedsTheConformanceSuite(t *testing.T) {
+	t.Parallel()
+	sinktest.Run(t, func(*testing.T) sinktest.Harness {
+		b := &memoryBroker{}
+		return sinktest.Harness{Sink: b, Delivered: sinktest.DeliveriesOf(b.received)}
+	})
+}

@@ -2,7 +2,6 @@ package amqpsink_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -29,28 +28,11 @@ func TestConformance(t *testing.T) {
 		s := newSink(t, amqpsink.Config{URL: broker.URLVia(t, fail.Addr()), Exchange: exchange, ReconnectWait: 200 * time.Millisecond})
 		return sinktest.Harness{
 			Sink:      s,
-			Delivered: c.deliveries,
+			Delivered: sinktest.DeliveriesOf(c.received),
 			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
 		}
 	})
-}
-
-// fullEvent is an event with every field a message carries.
-func fullEvent() outbox.Event {
-	return outbox.Event{
-		ID: 4711, EventType: "order.created", AggregateType: "order", AggregateID: "o-42",
-		Payload: json.RawMessage(`{"total": 12.50, "items":[1,2]}`),
-		Headers: map[string]string{
-			outbox.HeaderCorrelationID: "corr-1",
-			outbox.HeaderCausationID:   "cause-1",
-			outbox.HeaderSchemaVersion: "2",
-			outbox.HeaderTraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			outbox.HeaderTraceState:    "vendor=abc",
-			"X-Tenant":                 "acme",
-		},
-		CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.FixedZone("CEST", 2*3600)),
-	}
 }
 
 func TestMessageCarriesCloudEventsBinaryMode(t *testing.T) {
@@ -62,7 +44,7 @@ func TestMessageCarriesCloudEventsBinaryMode(t *testing.T) {
 			exchange := a.exchange(t)
 			c := a.consume(t, exchange, "order.#")
 			s := newSink(t, amqpsink.Config{Exchange: exchange, PropertyPrefix: prefix, Source: "urn:shop"})
-			e := fullEvent()
+			e := brokertest.FullEvent(4711, "X-Tenant", "acme")
 			require.Nil(t, s.Publish(t.Context(), []outbox.Event{e}))
 			testutil.WaitFor(t, 5*time.Second, "the message", func() bool { return len(c.messages()) == 1 })
 

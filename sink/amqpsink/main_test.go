@@ -3,7 +3,6 @@ package amqpsink_test
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/outboxkit/outbox/internal/testutil/brokertest"
 	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/sink/amqpsink"
-	"github.com/outboxkit/outbox/sinktest"
 )
 
 func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
@@ -103,18 +101,6 @@ func (c *consumer) messages() []amqp.Delivery {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]amqp.Delivery(nil), c.msgs...)
-}
-
-// deliveries maps the messages for sinktest.
-func (c *consumer) deliveries(t *testing.T) []sinktest.Delivery {
-	var ds []sinktest.Delivery
-	for _, m := range c.messages() {
-		id, err := strconv.ParseInt(m.MessageId, 10, 64)
-		require.NoError(t, err, "message-id %q", m.MessageId)
-		typ, _ := m.Headers["cloudEvents_type"].(string)
-		ds = append(ds, sinktest.Delivery{ID: id, EventType: typ, Payload: m.Body})
-	}
-	return ds
 }
 
 // byID indexes the messages by message-id, keeping the first of duplicates.

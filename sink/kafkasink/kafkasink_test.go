@@ -3,7 +3,6 @@ package kafkasink_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,30 +33,10 @@ func TestConformance(t *testing.T) {
 		cfg.Dial = f.dial
 		cfg.DeliveryTimeout = 2 * time.Second
 		s := newSink(t, cfg)
-		consumer, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...), kgo.ConsumeTopics(topic),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-		require.NoError(t, err)
-		t.Cleanup(consumer.Close)
-		var seen []sinktest.Delivery
 		h := sinktest.Harness{
-			Sink: s,
-			Delivered: func(t *testing.T) []sinktest.Delivery {
-				ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-				defer cancel()
-				fetches := consumer.PollFetches(ctx)
-				for _, fe := range fetches.Errors() {
-					if !errors.Is(fe.Err, context.DeadlineExceeded) {
-						require.NoError(t, fe.Err)
-					}
-				}
-				for _, r := range fetches.Records() {
-					id, err := strconv.ParseInt(header(r, "ce_id"), 10, 64)
-					require.NoError(t, err)
-					seen = append(seen, sinktest.Delivery{ID: id, EventType: header(r, "ce_type"), Payload: r.Value})
-				}
-				return seen
-			},
-			Fail: func(*testing.T) { f.Refuse() },
+			Sink:      s,
+			Delivered: sinktest.DeliveriesOf(c.reader(t, topic)),
+			Fail:      func(*testing.T) { f.Refuse() },
 		}
 		if c.fake != nil {
 			// Brokers that take produce requests and never answer them.
@@ -96,7 +75,7 @@ func TestRecordCarriesCloudEventsHeaders(t *testing.T) {
 	cfg := c.config(t, topic)
 	cfg.Source = "https://shop.example.com/orders"
 	s := newSink(t, cfg)
-	e := brokertest.FullEvent(4711)
+	e := brokertest.FullEvent(4711, "X-Note", `zoë says "100%"`)
 	require.Nil(t, s.Publish(t.Context(), []outbox.Event{e}))
 
 	r := c.consume(t, topic, 1)[0]

@@ -16,41 +16,48 @@ import (
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-// relayHarness reads topic back with a real consumer, from the start.
-func (c *cluster) relayHarness(t *testing.T, s outbox.Sink, topic string) sinktest.RelayHarness {
+// reader reads topic back with a real consumer, from the start: the
+// CloudEvents attributes are the ce_ headers and content-type.
+func (c *cluster) reader(t *testing.T, topic string) func(t *testing.T) []sinktest.Received {
 	t.Helper()
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	require.NoError(t, err)
 	t.Cleanup(consumer.Close)
 	var got []sinktest.Received
+	return func(t *testing.T) []sinktest.Received {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		fetches := consumer.PollFetches(ctx)
+		for _, fe := range fetches.Errors() {
+			if !errors.Is(fe.Err, context.DeadlineExceeded) {
+				require.NoError(t, fe.Err, "fetch %s[%d]", fe.Topic, fe.Partition)
+			}
+		}
+		for _, r := range fetches.Records() {
+			attrs := map[string]string{}
+			for _, h := range r.Headers {
+				switch {
+				case strings.HasPrefix(h.Key, kafkasink.HeaderPrefix):
+					attrs[strings.TrimPrefix(h.Key, kafkasink.HeaderPrefix)] = string(h.Value)
+				case h.Key == kafkasink.HeaderContentType:
+					attrs["datacontenttype"] = string(h.Value)
+				case h.Key == outbox.HeaderTraceParent || h.Key == outbox.HeaderTraceState:
+					attrs[h.Key] = string(h.Value)
+				}
+			}
+			got = append(got, sinktest.Received{Attributes: attrs, Payload: r.Value, Message: r})
+		}
+		return got
+	}
+}
+
+// relayHarness reads topic back.
+func (c *cluster) relayHarness(t *testing.T, s outbox.Sink, topic string) sinktest.RelayHarness {
+	t.Helper()
 	return sinktest.RelayHarness{
-		Sink: s,
-		Received: func(t *testing.T) []sinktest.Received {
-			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-			defer cancel()
-			fetches := consumer.PollFetches(ctx)
-			for _, fe := range fetches.Errors() {
-				if !errors.Is(fe.Err, context.DeadlineExceeded) {
-					require.NoError(t, fe.Err, "fetch %s[%d]", fe.Topic, fe.Partition)
-				}
-			}
-			for _, r := range fetches.Records() {
-				attrs := map[string]string{}
-				for _, h := range r.Headers {
-					switch {
-					case strings.HasPrefix(h.Key, kafkasink.HeaderPrefix):
-						attrs[strings.TrimPrefix(h.Key, kafkasink.HeaderPrefix)] = string(h.Value)
-					case h.Key == kafkasink.HeaderContentType:
-						attrs["datacontenttype"] = string(h.Value)
-					case h.Key == outbox.HeaderTraceParent || h.Key == outbox.HeaderTraceState:
-						attrs[h.Key] = string(h.Value)
-					}
-				}
-				got = append(got, sinktest.Received{Attributes: attrs, Payload: r.Value, Message: r})
-			}
-			return got
-		},
+		Sink:      s,
+		Received:  c.reader(t, topic),
 		Stored:    func(t *testing.T) int { return int(c.count(t, topic)) },
 		ErrorText: "kafkasink",
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/outboxkit/outbox/internal/testutil/brokertest"
 	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/sink/mqttsink"
-	"github.com/outboxkit/outbox/sinktest"
 )
 
 func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
@@ -97,17 +96,6 @@ func (s *subscriber) byID(t *testing.T) map[string]received {
 		}
 	}
 	return m
-}
-
-// deliveries maps the messages for sinktest.
-func (s *subscriber) deliveries(t *testing.T) []sinktest.Delivery {
-	var ds []sinktest.Delivery
-	for _, r := range s.messages() {
-		id, err := strconv.ParseInt(r.attr(t, "id"), 10, 64)
-		require.NoError(t, err, "message %s", r.Raw)
-		ds = append(ds, sinktest.Delivery{ID: id, EventType: r.attr(t, "type"), Payload: r.Event["data"]})
-	}
-	return ds
 }
 
 // newSink returns a connected sink closed when the test ends.

@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 		s := newSink(t, mqttsink.Config{URL: broker.URLVia(t, fail.Addr()), Router: under(t, prefix), ReconnectWait: 200 * time.Millisecond})
 		return sinktest.Harness{
 			Sink:      s,
-			Delivered: sub.deliveries,
+			Delivered: sinktest.DeliveriesOf(sub.received),
 			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
 		}
@@ -47,19 +47,8 @@ func TestMessageIsCloudEventsStructuredJSON(t *testing.T) {
 	prefix := uniqueTopic(t)
 	sub := subscribe(t, prefix+"/#")
 	s := newSink(t, mqttsink.Config{Router: under(t, prefix), Source: "urn:shop"})
-	e := outbox.Event{
-		ID: 4711, EventType: "order.created", AggregateType: "order", AggregateID: "o-42",
-		Payload: json.RawMessage(`{"total": 12.50, "items":[1,2], "html":"<b>"}`),
-		Headers: map[string]string{
-			outbox.HeaderCorrelationID: "corr-1",
-			outbox.HeaderCausationID:   "cause-1",
-			outbox.HeaderSchemaVersion: "2",
-			outbox.HeaderTraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			outbox.HeaderTraceState:    "vendor=abc",
-			"X-Tenant":                 `a "quoted" <value>`,
-		},
-		CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.FixedZone("CEST", 2*3600)),
-	}
+	e := brokertest.FullEvent(4711, "X-Tenant", `a "quoted" <value>`)
+	e.Payload = json.RawMessage(`{"total": 12.50, "items":[1,2], "html":"<b>"}`)
 	require.Nil(t, s.Publish(t.Context(), []outbox.Event{e}))
 	testutil.WaitFor(t, 5*time.Second, "the message", func() bool { return len(sub.messages()) == 1 })
 	m := sub.messages()[0]

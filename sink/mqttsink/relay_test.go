@@ -14,25 +14,26 @@ import (
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-// relayHarness reads back what sub got: each message is a CloudEvents JSON
-// document whose string members are the attributes and whose data is the
-// payload.
-func (s *subscriber) relayHarness(sink outbox.Sink) sinktest.RelayHarness {
-	received := func(t *testing.T) []sinktest.Received {
-		var rs []sinktest.Received
-		for _, m := range s.messages() {
-			r := sinktest.Received{Attributes: map[string]string{}, Payload: m.Event[mqttsink.MemberData], Message: m}
-			for name, v := range m.Event {
-				var s string
-				if name != mqttsink.MemberData && json.Unmarshal(v, &s) == nil {
-					r.Attributes[name] = s
-				}
+// received maps what s got: each message is a CloudEvents JSON document
+// whose string members are the attributes and whose data is the payload.
+func (s *subscriber) received(*testing.T) []sinktest.Received {
+	var rs []sinktest.Received
+	for _, m := range s.messages() {
+		r := sinktest.Received{Attributes: map[string]string{}, Payload: m.Event[mqttsink.MemberData], Message: m}
+		for name, v := range m.Event {
+			var str string
+			if name != mqttsink.MemberData && json.Unmarshal(v, &str) == nil {
+				r.Attributes[name] = str
 			}
-			rs = append(rs, r)
 		}
-		return rs
+		rs = append(rs, r)
 	}
-	return sinktest.RelayHarness{Sink: sink, Received: received, ErrorText: "mqttsink"}
+	return rs
+}
+
+// relayHarness reads back what s got.
+func (s *subscriber) relayHarness(sink outbox.Sink) sinktest.RelayHarness {
+	return sinktest.RelayHarness{Sink: sink, Received: s.received, ErrorText: "mqttsink"}
 }
 
 func TestRelayEndToEnd(t *testing.T) {

@@ -34,21 +34,9 @@ func TestConformance(t *testing.T) {
 		cfg.AckTimeout = 2 * time.Second
 		cfg.ReconnectWait = 20 * time.Millisecond
 		s := newSink(t, cfg)
-		var (
-			next uint64 = 1
-			seen []sinktest.Delivery
-		)
 		return sinktest.Harness{
-			Sink: s,
-			Delivered: func(t *testing.T) []sinktest.Delivery {
-				for _, m := range b.messages(t, next) {
-					next = m.Sequence + 1
-					id, err := strconv.ParseInt(m.Header.Get("ce-id"), 10, 64)
-					require.NoError(t, err)
-					seen = append(seen, sinktest.Delivery{ID: id, EventType: m.Header.Get("ce-type"), Payload: m.Data})
-				}
-				return seen
-			},
+			Sink:      s,
+			Delivered: sinktest.DeliveriesOf(b.reader(t)),
 			// A stream that receives but never acknowledges: the stream
 			// gives up the subjects to a subscriber that never answers.
 			Stall: func(t *testing.T) (<-chan struct{}, func()) {
@@ -81,7 +69,7 @@ func TestMessageCarriesCloudEventsHeaders(t *testing.T) {
 	cfg := b.config(t)
 	cfg.Source = "https://shop.example.com/orders"
 	s := newSink(t, cfg)
-	e := brokertest.FullEvent(4711)
+	e := brokertest.FullEvent(4711, "X-Note", `zoë says "100%"`)
 	require.Nil(t, s.Publish(t.Context(), []outbox.Event{e}))
 
 	msgs := b.messages(t, 1)

@@ -18,34 +18,41 @@ import (
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-// relayHarness reads b's stream back with a real JetStream consumer.
-func (b *broker) relayHarness(t *testing.T, s outbox.Sink) sinktest.RelayHarness {
+// reader reads b's stream back with a real JetStream consumer: the
+// CloudEvents attributes are the ce- headers.
+func (b *broker) reader(t *testing.T) func(t *testing.T) []sinktest.Received {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := b.js.OrderedConsumer(ctx, b.stream, jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
 	var got []sinktest.Received
-	return sinktest.RelayHarness{
-		Sink: s,
-		Received: func(t *testing.T) []sinktest.Received {
-			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(100*time.Millisecond))
-			require.NoError(t, err)
-			for m := range batch.Messages() {
-				r := sinktest.Received{Attributes: map[string]string{}, Payload: m.Data(), Message: m}
-				for name := range m.Headers() {
-					switch {
-					case strings.HasPrefix(name, natssink.HeaderPrefix):
-						r.Attributes[strings.TrimPrefix(name, natssink.HeaderPrefix)] = m.Headers().Get(name)
-					case name == outbox.HeaderTraceParent || name == outbox.HeaderTraceState:
-						r.Attributes[name] = m.Headers().Get(name)
-					}
+	return func(t *testing.T) []sinktest.Received {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(100*time.Millisecond))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			r := sinktest.Received{Attributes: map[string]string{}, Payload: m.Data(), Message: m}
+			for name := range m.Headers() {
+				switch {
+				case strings.HasPrefix(name, natssink.HeaderPrefix):
+					r.Attributes[strings.TrimPrefix(name, natssink.HeaderPrefix)] = m.Headers().Get(name)
+				case name == outbox.HeaderTraceParent || name == outbox.HeaderTraceState:
+					r.Attributes[name] = m.Headers().Get(name)
 				}
-				got = append(got, r)
 			}
-			require.NoError(t, batch.Error())
-			return got
-		},
+			got = append(got, r)
+		}
+		require.NoError(t, batch.Error())
+		return got
+	}
+}
+
+// relayHarness reads b's stream back.
+func (b *broker) relayHarness(t *testing.T, s outbox.Sink) sinktest.RelayHarness {
+	t.Helper()
+	return sinktest.RelayHarness{
+		Sink:      s,
+		Received:  b.reader(t),
 		Stored:    func(t *testing.T) int { return int(b.count(t)) },
 		ErrorText: "natssink",
 	}

@@ -3,7 +3,6 @@ package redissink_test
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,7 +11,6 @@ import (
 	"github.com/outboxkit/outbox/internal/testutil/brokertest"
 	"github.com/outboxkit/outbox/internal/testutil/relaytest"
 	"github.com/outboxkit/outbox/sink/redissink"
-	"github.com/outboxkit/outbox/sinktest"
 )
 
 func TestMain(m *testing.M) { relaytest.VerifyTestMain(m) }
@@ -46,19 +44,6 @@ func entries(t *testing.T, rdb *redis.Client, stream string) []redis.XMessage {
 	msgs, err := rdb.XRange(context.WithoutCancel(t.Context()), stream, "-", "+").Result()
 	require.NoError(t, err)
 	return msgs
-}
-
-// deliveries maps a stream's entries for sinktest.
-func deliveries(rdb *redis.Client, stream string) func(t *testing.T) []sinktest.Delivery {
-	return func(t *testing.T) []sinktest.Delivery {
-		var ds []sinktest.Delivery
-		for _, m := range entries(t, rdb, stream) {
-			id, err := strconv.ParseInt(m.Values["id"].(string), 10, 64)
-			require.NoError(t, err)
-			ds = append(ds, sinktest.Delivery{ID: id, EventType: m.Values["type"].(string), Payload: []byte(m.Values["data"].(string))})
-		}
-		return ds
-	}
 }
 
 // newSink returns a connected sink closed when the test ends.

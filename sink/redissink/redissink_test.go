@@ -2,9 +2,7 @@ package redissink_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -34,7 +32,7 @@ func TestConformance(t *testing.T) {
 		s := newSink(t, redissink.Config{URL: server.URLVia(t, fail.Addr()) + "?max_retries=-1", Router: fixed(t, stream)})
 		return sinktest.Harness{
 			Sink:      s,
-			Delivered: deliveries(rdb, stream),
+			Delivered: sinktest.DeliveriesOf(received(rdb, stream)),
 			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
 		}
@@ -46,19 +44,7 @@ func TestEntryFields(t *testing.T) {
 	rdb := admin(t)
 	stream := uniqueKey(t, rdb)
 	s := newSink(t, redissink.Config{Source: "urn:shop", Router: fixed(t, stream)})
-	e := outbox.Event{
-		ID: 4711, EventType: "order.created", AggregateType: "order", AggregateID: "o-42",
-		Payload: json.RawMessage(`{"total": 12.50, "items":[1,2]}`),
-		Headers: map[string]string{
-			outbox.HeaderCorrelationID: "corr-1",
-			outbox.HeaderCausationID:   "cause-1",
-			outbox.HeaderSchemaVersion: "2",
-			outbox.HeaderTraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			outbox.HeaderTraceState:    "vendor=abc",
-			"X-Tenant":                 "acme",
-		},
-		CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.FixedZone("CEST", 2*3600)),
-	}
+	e := brokertest.FullEvent(4711, "X-Tenant", "acme")
 	require.Nil(t, s.Publish(t.Context(), []outbox.Event{e}))
 	msgs := entries(t, rdb, stream)
 	require.Len(t, msgs, 1)

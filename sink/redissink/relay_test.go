@@ -13,10 +13,10 @@ import (
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-// relayHarness reads stream back: each entry's fields are the CloudEvents
+// received reads stream back: each entry's fields are the CloudEvents
 // attributes and the payload, as data.
-func relayHarness(rdb *redis.Client, stream string, s outbox.Sink) sinktest.RelayHarness {
-	received := func(t *testing.T) []sinktest.Received {
+func received(rdb *redis.Client, stream string) func(t *testing.T) []sinktest.Received {
+	return func(t *testing.T) []sinktest.Received {
 		var rs []sinktest.Received
 		for _, m := range entries(t, rdb, stream) {
 			r := sinktest.Received{Attributes: map[string]string{}, Message: m}
@@ -32,8 +32,12 @@ func relayHarness(rdb *redis.Client, stream string, s outbox.Sink) sinktest.Rela
 		}
 		return rs
 	}
+}
+
+// relayHarness reads stream back.
+func relayHarness(rdb *redis.Client, stream string, s outbox.Sink) sinktest.RelayHarness {
 	return sinktest.RelayHarness{
-		Sink: s, Received: received,
+		Sink: s, Received: received(rdb, stream),
 		Stored:    func(t *testing.T) int { return len(entries(t, rdb, stream)) },
 		ErrorText: "redissink",
 	}

@@ -135,9 +135,11 @@ func PublishAfterClose(t testing.TB, s interface {
 	return errs[0]
 }
 
-// FullEvent is an event with every field a broker message carries, and a
-// header value that needs percent-encoding in a header binding.
-func FullEvent(id int64) outbox.Event {
+// FullEvent is an event with every field a broker message carries: ID
+// id, and besides the correlation, causation, schema version and trace
+// context headers one more header, name: value, that becomes an
+// extension attribute.
+func FullEvent(id int64, name, value string) outbox.Event {
 	return outbox.Event{
 		ID: id, EventType: "order.created", AggregateType: "order", AggregateID: "o-42",
 		Payload: json.RawMessage(`{"total": 12.50, "items":[1,2]}`),
@@ -147,7 +149,7 @@ func FullEvent(id int64) outbox.Event {
 			outbox.HeaderSchemaVersion: "2",
 			outbox.HeaderTraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			outbox.HeaderTraceState:    "vendor=abc",
-			"X-Note":                   `zoë says "100%"`,
+			name:                       value,
 		},
 		CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.FixedZone("CEST", 2*3600)),
 	}
