@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
@@ -154,9 +155,17 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err != nil {
 		return err
 	}
-	pc, err := a.poolConfig(m.databaseURL())
+	rawDB, err := a.databaseURL(m.databaseURL())
 	if err != nil {
 		return err
+	}
+	var pc *pgxpool.Config // nil for SQLite and MySQL/MariaDB
+	if !isSQLURL(rawDB) {
+		if pc, err = a.poolConfig(m.databaseURL()); err != nil {
+			return err
+		}
+	} else if _, err := dburl.Parse(rawDB); err != nil {
+		return usagef("invalid %s: %w", m.name("database-url"), err)
 	}
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
@@ -181,26 +190,41 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return m.relayConfigError(err)
 	}
-	return a.runRelay(cmd.Context(), pc, cfg, desc, &rf.obs)
+	return a.runRelay(cmd.Context(), rawDB, pc, cfg, desc, &rf.obs)
 }
 
 // runRelay connects a pool of the relay's own and runs the relay until ctx
 // ends, then stops it gracefully.
-func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, obs *observability) error {
-	outbox.ConfigureRelayPool(pc, cfg.RelayID)
+func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, obs *observability) error {
 	// One connection per worker, one for the lease rescue, one spare, and
 	// one held in LISTEN.
 	conns := cfg.Workers + 2
 	if cfg.Listen {
 		conns++
 	}
-	pc.MaxConns = max(pc.MaxConns, int32(min(conns, 1<<20)))
-	pool, err := a.open(ctx, pc)
-	if err != nil {
-		return err
+	var db outbox.Database
+	appName := ""
+	if pc != nil {
+		outbox.ConfigureRelayPool(pc, cfg.RelayID)
+		appName = pc.ConnConfig.RuntimeParams["application_name"]
+		pc.MaxConns = max(pc.MaxConns, int32(min(conns, 1<<20)))
+		pool, err := a.open(ctx, pc)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		db = outbox.Postgres(pool)
+	} else {
+		sqlDB, closer, kind, err := dburl.Open(ctx, rawDB, dburl.Options{RelayID: cfg.RelayID, MaxConns: conns, ConnectTimeout: connectTimeout})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = closer.Close() }()
+		if cfg.Listen {
+			a.logger.Warn("--listen has no effect on " + string(kind) + ": only PostgreSQL has LISTEN/NOTIFY; the relay polls")
+		}
+		db = sqlDB
 	}
-	defer pool.Close()
-	db := outbox.Postgres(pool)
 	if err := outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema}).Ping(ctx); err != nil {
 		return a.tableError(err)
 	}
@@ -213,8 +237,10 @@ func (a *app) runRelay(ctx context.Context, pc *pgxpool.Config, cfg outbox.Relay
 	if err != nil {
 		return relayConfigError(err)
 	}
-	attrs := []any{"sink", sinkName, "relay_id", cfg.RelayID,
-		"application_name", pc.ConnConfig.RuntimeParams["application_name"], "retention", string(cfg.Retention), "listen", cfg.Listen}
+	attrs := []any{"sink", sinkName, "relay_id", cfg.RelayID, "retention", string(cfg.Retention), "listen", cfg.Listen}
+	if appName != "" {
+		attrs = append(attrs, "application_name", appName)
+	}
 	if len(cfg.EventTypes) > 0 {
 		attrs = append(attrs, "event_types", cfg.EventTypes)
 	}
