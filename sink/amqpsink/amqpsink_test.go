@@ -119,13 +119,7 @@ func TestPermanentErrorsDoNotFailTheBatch(t *testing.T) {
 
 func TestEmptyRoutingKeyOnDefaultExchangeIsPermanent(t *testing.T) {
 	t.Parallel()
-	router, err := route.New("{header.nothing}")
-	require.NoError(t, err)
-	s := newSink(t, amqpsink.Config{Router: router})
-	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
-	require.Len(t, errs, 1)
-	require.True(t, outbox.IsPermanent(errs[0]))
-	require.ErrorContains(t, errs[0], "routing key is empty")
+	brokertest.RequirePermanent(t, newSink(t, amqpsink.Config{Router: brokertest.EmptyRoute(t)}), "routing key is empty")
 }
 
 func TestUnroutable(t *testing.T) {

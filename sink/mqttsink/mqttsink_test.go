@@ -113,13 +113,7 @@ func TestBadTopicsArePermanentAndDoNotFailTheBatch(t *testing.T) {
 
 func TestEmptyTopicIsPermanent(t *testing.T) {
 	t.Parallel()
-	r, err := route.New("{header.nothing}")
-	require.NoError(t, err)
-	s := newSink(t, mqttsink.Config{Router: r})
-	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
-	require.Len(t, errs, 1)
-	require.True(t, outbox.IsPermanent(errs[0]))
-	require.ErrorContains(t, errs[0], "empty topic")
+	brokertest.RequirePermanent(t, newSink(t, mqttsink.Config{Router: brokertest.EmptyRoute(t)}), "empty topic")
 }
 
 func TestNewFailsWhenBrokerUnreachable(t *testing.T) {

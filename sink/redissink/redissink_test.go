@@ -134,11 +134,7 @@ func TestWrongTypeIsPermanentAndDoesNotFailTheBatch(t *testing.T) {
 
 func TestEmptyStreamKeyIsPermanent(t *testing.T) {
 	t.Parallel()
-	s := newSink(t, redissink.Config{Router: fixed(t, "{header.nothing}")})
-	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
-	require.Len(t, errs, 1)
-	require.True(t, outbox.IsPermanent(errs[0]))
-	require.ErrorContains(t, errs[0], "empty stream key")
+	brokertest.RequirePermanent(t, newSink(t, redissink.Config{Router: brokertest.EmptyRoute(t)}), "empty stream key")
 }
 
 func TestNewFailsWhenServerUnreachable(t *testing.T) {

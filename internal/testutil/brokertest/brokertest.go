@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sinktest"
 )
 
@@ -153,4 +154,23 @@ func FullEvent(id int64, name, value string) outbox.Event {
 		},
 		CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.FixedZone("CEST", 2*3600)),
 	}
+}
+
+// EmptyRoute is a router that routes every event to "", as a template
+// does whose header the event lacks.
+func EmptyRoute(t testing.TB) *route.Router {
+	t.Helper()
+	r, err := route.New("{header.nothing}")
+	require.NoError(t, err)
+	return r
+}
+
+// RequirePermanent publishes one event with s and requires its result to
+// be a permanent error holding text.
+func RequirePermanent(t testing.TB, s outbox.Sink, text string) {
+	t.Helper()
+	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
+	require.Len(t, errs, 1)
+	require.True(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
+	require.ErrorContains(t, errs[0], text)
 }
