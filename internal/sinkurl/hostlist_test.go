@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/configtest"
 )
 
 var testForm = HostListForm{
@@ -92,14 +95,8 @@ func FuzzSplitHostList(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		p, err := SplitHostList(raw, testForm)
 		if err != nil {
-			require.NotContains(t, err.Error(), "\n")
-			if _, rest, ok := strings.Cut(raw, "://"); ok {
-				if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-					if _, pass, ok := strings.Cut(rest[:at], ":"); ok && len(pass) >= 4 && !strings.ContainsAny(pass, "?/#") {
-						require.NotContains(t, err.Error(), pass)
-					}
-				}
-			}
+			// As the sinks return it.
+			configtest.RequireHostListError(t, raw, &outbox.ConfigError{Field: "URL", Err: err})
 			return
 		}
 		require.NotEmpty(t, p.Hosts)

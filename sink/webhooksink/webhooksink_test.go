@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil/brokertest"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 	"github.com/outboxkit/outbox/sinktest"
 )
@@ -58,20 +59,9 @@ func TestConformance(t *testing.T) {
 
 // fullEvent is an event with every field a request carries.
 func fullEvent() outbox.Event {
-	return outbox.Event{
-		ID: 4711, EventType: "order.created", AggregateType: "order", AggregateID: "o-42",
-		Payload: json.RawMessage(`{"total": 12.50, "items":[1,2]}`),
-		Headers: map[string]string{
-			outbox.HeaderCorrelationID: "corr-1",
-			outbox.HeaderCausationID:   "cause-1",
-			outbox.HeaderSchemaVersion: "2",
-			outbox.HeaderTraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			outbox.HeaderTraceState:    "vendor=abc",
-			"X-Tenant":                 "acme",
-		},
-		IdempotencyKey: "ik", Attempts: 3,
-		CreatedAt: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.FixedZone("CEST", 2*3600)),
-	}
+	e := brokertest.FullEvent(4711, "X-Tenant", "acme")
+	e.IdempotencyKey, e.Attempts = "ik", 3
+	return e
 }
 
 func TestRequestCarriesCloudEventsHeaders(t *testing.T) {

@@ -1,8 +1,9 @@
-// Package brokertest holds what the broker sinks' tests share about their
-// real brokers: where the broker is (an environment variable or the local
-// one), addresses to reach it through a proxy, names no other test uses,
-// opening a sink that is closed when the test ends, and the checks every
-// broker sink's connection errors and Close pass.
+// Package brokertest holds what the sinks' tests share about their real
+// brokers: where the broker is (an environment variable or the local one),
+// addresses to reach it through a proxy, names no other test uses, opening
+// a sink that is closed when the test ends, the checks every broker sink's
+// connection errors and Close pass, and an event with every field a
+// message carries.
 package brokertest
 
 import (
