@@ -62,15 +62,28 @@ func MigrationSQL(schema string) string {
 }
 
 // Migrate applies the migrations that schema lacks, in one transaction under
-// an advisory lock so that two processes migrating at once apply each
-// migration exactly once. It returns the migrations it applied.
+// an advisory lock per schema, so that two processes migrating at once apply
+// each migration exactly once. It returns the migrations it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migration, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	// A session lock taken before the transaction begins, not a transaction
+	// lock inside it: a transaction that waited for the lock could still
+	// hold a catalog snapshot from before the previous migrator committed,
+	// and its CREATE SCHEMA IF NOT EXISTS would then fail on the schema
+	// that migrator created.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('outbox_migrate'), hashtext($1))`, schema); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// On a broken connection the lock went with the session.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('outbox_migrate'), hashtext($1))`, schema)
+	}()
 	var applied []Migration
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// The lock is per schema and released at commit or rollback.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('outbox_migrate'), hashtext($1))`, schema); err != nil {
-			return err
-		}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		versions := pgx.Identifier{schema, "outbox_migrations"}.Sanitize()
 		setup := `CREATE SCHEMA IF NOT EXISTS ` + quoteIdent(schema) + `;
 CREATE TABLE IF NOT EXISTS ` + versions + ` (
