@@ -30,6 +30,13 @@ func eventColumns(prefix string) string {
 	return strings.Join(cols, ", ")
 }
 
+// claimColumns is what a claim returns: what a sink needs and the lease,
+// nothing the relay already knows (status, locked_by) or does not use. A
+// claim returns every row it leases, so each column costs at full rate.
+const claimColumns = `e.id, e.event_type, coalesce(e.aggregate_type, ''), coalesce(e.aggregate_id, ''), e.payload,
+    e.headers, coalesce(e.idempotency_key, ''), e.attempts, coalesce(e.max_attempts, 0), e.available_at,
+    e.locked_until, e.created_at`
+
 func buildQueries(t string) queries {
 	var q queries
 
@@ -51,7 +58,7 @@ SET status = 'processing', locked_by = $2,
     locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
 FROM due
 WHERE e.id = due.id
-RETURNING ` + eventColumns("e.")
+RETURNING ` + claimColumns
 	}
 	q.claim = claim("")
 	// A relay serving some event types filters in the claim itself, so it

@@ -25,7 +25,7 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 	if err != nil {
 		return driver.Claim{}, wrap(err)
 	}
-	events, err := collectEvents(rows, p.BatchSize)
+	events, err := collectClaimed(rows, p)
 	if err != nil {
 		return driver.Claim{}, wrap(err)
 	}
@@ -104,6 +104,27 @@ func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) 
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	return ids, wrap(err)
+}
+
+// collectClaimed scans a claim's rows in claimColumns order.
+func collectClaimed(rows pgx.Rows, p driver.ClaimParams) ([]driver.Event, error) {
+	defer rows.Close()
+	events := make([]driver.Event, 0, p.BatchSize)
+	var headers []byte
+	for rows.Next() {
+		e := driver.Event{Status: driver.StatusProcessing, LockedBy: p.RelayID}
+		err := rows.Scan(&e.ID, &e.EventType, &e.AggregateType, &e.AggregateID, &e.Payload, &headers,
+			&e.IdempotencyKey, &e.Attempts, &e.MaxAttempts, &e.AvailableAt, &e.LockedUntil, &e.CreatedAt)
+		if err != nil {
+			return nil, err
+		}
+		if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
+			return nil, fmt.Errorf("event %d: %w", e.ID, err)
+		}
+		e.UpdatedAt = e.AvailableAt // not read back; the claim's own time is not needed
+		events = append(events, e)
+	}
+	return events, rows.Err()
 }
 
 // collectEvents scans rows in eventColumns order.
