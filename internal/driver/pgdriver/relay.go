@@ -121,7 +121,6 @@ func collectClaimed(rows pgx.Rows, p driver.ClaimParams) ([]driver.Event, error)
 		if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
 			return nil, fmt.Errorf("event %d: %w", e.ID, err)
 		}
-		e.UpdatedAt = e.AvailableAt // not read back; the claim's own time is not needed
 		events = append(events, e)
 	}
 	return events, rows.Err()
