@@ -36,7 +36,9 @@ func ParseStatus(s string) (Status, error) {
 }
 
 // Event is a stored outbox event as the relay hands it to a sink and as the
-// operator commands show it.
+// operator commands show it. A claim reads only what a sink needs, so in a
+// sink LastError, UpdatedAt and ProcessedAt are zero, Status is
+// StatusProcessing and LockedBy is the relay's ID.
 type Event struct {
 	// ID is the event's stable identity: it is the same on every delivery,
 	// so consumers drop duplicates on it.
