@@ -230,7 +230,7 @@ func redactServer(s string) string {
 		if i := strings.Index(s, "://"); i >= 0 && i < at {
 			scheme = s[:i+3]
 		}
-		return scheme + "[REDACTED]@" + s[at+1:]
+		return scheme + sinkurl.Redacted + "@" + s[at+1:]
 	}
 	return s
 }
