@@ -126,6 +126,9 @@ func pace(ctx context.Context, rate int, d time.Duration, tokens chan<- struct{}
 	tick := time.NewTicker(max(time.Second/time.Duration(rate), time.Millisecond))
 	defer tick.Stop()
 	var sent int64
+	// A tick that lands just after the end must not hand out more than the
+	// window's share.
+	limit := int64(d.Seconds() * float64(rate))
 	for {
 		select {
 		case <-ctx.Done():
@@ -133,7 +136,7 @@ func pace(ctx context.Context, rate int, d time.Duration, tokens chan<- struct{}
 		case <-end.C:
 			return time.Since(start)
 		case now := <-tick.C:
-			due := int64(now.Sub(start).Seconds() * float64(rate))
+			due := min(int64(now.Sub(start).Seconds()*float64(rate)), limit)
 			for ; sent < due; sent++ {
 				select {
 				case tokens <- struct{}{}:
