@@ -1,6 +1,6 @@
-// Package outbox is a transactional outbox for PostgreSQL: applications write
-// events in the same transaction as their data, and a relay delivers them at
-// least once to a sink.
+// Package outbox is a transactional outbox for PostgreSQL, SQLite and
+// MySQL/MariaDB: applications write events in the same transaction as their
+// data, and a relay delivers them at least once to a sink.
 //
 // A service that changes its database and then publishes a message has a
 // dual-write problem: the two writes cannot be atomic. Commit first and crash
@@ -9,8 +9,9 @@
 // application inserts the event into the outbox_events table in the same
 // transaction as the business rows, so the event exists if and only if the
 // change committed. A [Relay] claims committed events, publishes them to a
-// [Sink] and marks them processed, retrying with backoff and dead-lettering
-// what cannot be delivered.
+// [Sink] (a webhook, a message broker, in-process handlers) and marks them
+// processed, retrying with backoff and dead-lettering what cannot be
+// delivered.
 //
 // # Guarantees
 //
@@ -30,11 +31,34 @@
 //     own statements, and events whose marks could not land are rescued when
 //     their lease expires.
 //
+// # Databases
+//
+// A [Database] is the database that holds the outbox table; the relay, the
+// [Manager] and the outboxmigrate package take one:
+//
+//   - [Postgres] wraps a *pgxpool.Pool. Writers use [Writer.Write] with a pgx
+//     transaction, or [Writer.WriteSQL] on the pgx stdlib driver
+//     ([DialectPostgres], the default).
+//   - [SQLite] wraps a *sql.DB opened in WAL mode with a busy timeout.
+//     Writers use [Writer.WriteSQL] with [DialectSQLite].
+//   - [MySQL] wraps a *sql.DB of MySQL 8 or MariaDB 10.6+ opened with
+//     go-sql-driver/mysql and parseTime=true. Writers use [Writer.WriteSQL]
+//     with [DialectMariaDB] (one round trip per batch) or [DialectMySQL].
+//
+// This package imports pgx and the standard library only; on SQLite and
+// MySQL the application imports the database/sql driver. [DialectOf] returns
+// the writer dialect that suits a Database. The schema of every config names
+// a PostgreSQL schema, an attached SQLite database ("public" means "main") or
+// a MySQL database ("public" means the connection's). Only PostgreSQL has
+// LISTEN/NOTIFY wake-ups; on the others the relay polls, or a writer in its
+// process calls [Relay.Wake].
+//
 // # Creating the table
 //
-// The outboxmigrate package applies the embedded, numbered migrations; the
-// outbox command does the same with `outbox migrate`, and `outbox migrate
-// --print` prints them as SQL for teams that vendor their migrations:
+// The outboxmigrate package applies the embedded, numbered migrations of the
+// Database's kind; the outbox command does the same with `outbox migrate`,
+// and `outbox migrate --print` prints them as SQL for teams that vendor
+// their migrations:
 //
 //	db := outbox.Postgres(pool)
 //	if _, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{}); err != nil {
@@ -45,7 +69,7 @@
 //
 // [Writer.Write] inserts a batch of [Message] values into the caller's pgx
 // transaction in one statement; [Writer.WriteSQL] does the same for a
-// database/sql transaction on the pgx stdlib driver:
+// database/sql transaction of the database [WriterConfig.Dialect] names:
 //
 //	writer := outbox.NewWriter(outbox.WriterConfig{})
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -67,37 +91,45 @@
 // [HeaderTraceState] carry W3C trace context. Delay and AvailableAt hold an
 // event back; MaxAttempts overrides the relay's limit for one event.
 //
+// [WriterConfig.HeadersFromContext] adds headers from the caller's context to
+// every message, such as the trace context the outboxotel package stores.
+// [WriterConfig.NotifyInterval] (PostgreSQL) wakes listening relays; see
+// Wake-ups below.
+//
 // # Idempotency keys
 //
 // [IdempotencyKey] returns the deterministic key
 // aggregateType:aggregateID:eventType:YYYY-MM-DD (the date in UTC). Set it as
 // [Message.IdempotencyKey] and a second write of the same business event is
-// skipped with ON CONFLICT DO NOTHING: it is reported in
+// skipped without aborting the transaction: it is reported in
 // [WriteResult.Duplicates] with ID 0, never as an error, and the transaction
-// commits everything else.
+// commits everything else. A key deduplicates only against events still in
+// outbox_events, so with [RetainDelete] or [RetainArchive] only against
+// events not yet delivered.
 //
 // # Writers in other languages
 //
-// The table is the contract. This is a complete pending event; every other
-// column has a default:
+// The table is the contract. This is a complete pending event on every
+// database; every other column has a default:
 //
 //	INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
 //	VALUES ('order.created', 'order', 'o-1', '{"order_id": "o-1", "total": 12.5}');
 //
 // headers is a JSON object (default '{}'), idempotency_key is unique when
-// set (use ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
-// DO NOTHING), available_at in the future delays the event and max_attempts
-// overrides the relay's limit. Leave id, status, attempts and the lease
-// columns to their defaults. The README lists every column.
+// set (on PostgreSQL use ON CONFLICT (idempotency_key) WHERE idempotency_key
+// IS NOT NULL DO NOTHING), available_at in the future delays the event and
+// max_attempts overrides the relay's limit. Leave id, status, attempts and
+// the lease columns to their defaults. The README lists every column, and
+// docs/databases.md the types on SQLite and MySQL.
 //
 // # Relaying events
 //
 // A [Relay] runs [RelayConfig.Workers] loops that claim up to BatchSize due
-// pending events with FOR UPDATE SKIP LOCKED under a lease (locked_by,
-// locked_until), publish them with one [Sink.Publish] call bounded by
-// SinkTimeout, and mark them. Marks are fenced on the claim's lease, so a
-// relay that stalled past its lease changes nothing once another relay has
-// re-claimed the events. Any number of relays may serve one table.
+// pending events under a lease (locked_by, locked_until), publish them with
+// one [Sink.Publish] call bounded by SinkTimeout, and mark them. Marks are
+// fenced on the claim's lease, so a relay that stalled past its lease
+// changes nothing once another relay has re-claimed the events. Any number
+// of relays may serve one table.
 //
 //	relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{Sink: stdoutsink.New(nil)})
 //	if err != nil {
@@ -112,13 +144,42 @@
 // their relay died. [Relay.Stop] and the end of Run's context stop claiming
 // and let in-flight batches finish within ShutdownTimeout; publishes still
 // running after that are cancelled and their events released without
-// spending an attempt. [Relay.Wake] makes an idle relay claim at once, for a
-// writer in the same process.
+// spending an attempt.
 //
 // [RelayConfig] documents every field and its default; the defaults are the
 // …Default constants such as [BatchSizeDefault] and [LeaseDefault], and
-// [RelayConfig.WithDefaults] fills them in. [HookBatch] and [HookDeadLetter]
-// in RelayConfig.Hooks observe every batch and every dead letter.
+// [RelayConfig.WithDefaults] fills them in. [RelayConfig.EventTypes] limits a
+// relay to event types matching its patterns ("order.*"), in the claim
+// statement itself, so relays with disjoint patterns serve different sinks
+// from one table. [ConfigureRelayPool] prepares a PostgreSQL pool that a
+// relay uses alone.
+//
+// # Retention
+//
+// [RelayConfig.Retention] says what happens to a delivered event's row.
+// [RetainProcessed], the default, keeps it with status processed: history
+// stays queryable and replayable until [Manager.Purge] trims it.
+// [RetainDelete] deletes it, and [RetainArchive] moves it to
+// outbox_events_archive (which Purge also trims); both keep the hot table
+// small, and the events they remove can no longer be replayed.
+//
+// # Wake-ups
+//
+// After a full batch a relay claims again at once, and shortly after a short
+// one; after an empty claim it sleeps PollInterval. [Relay.Wake] makes it
+// claim at once, for a writer in the same process. On PostgreSQL,
+// [RelayConfig.Listen] holds one connection in LISTEN, and writers with
+// [WriterConfig.NotifyInterval] (such as [NotifyIntervalDefault]) send a
+// NOTIFY in their insert statement, at most once per interval, that wakes
+// the relay when the transaction commits.
+//
+// # Hooks
+//
+// [RelayConfig.Hooks] takes any mix of [HookBatch] (after every settled
+// batch, with a [BatchInfo]), [HookDeadLetter] (after every dead letter) and
+// [HookPublish] (around every publish; it may change the headers the sink
+// sees). The outboxprom, outboxalert and outboxotel packages implement them
+// for Prometheus metrics, dead-letter alerts and OpenTelemetry tracing.
 //
 // # Sinks
 //
@@ -126,22 +187,28 @@
 // with backoff, or an error wrapped with [Permanent] to dead-letter at once.
 // A panic or a result slice of the wrong length fails the whole batch,
 // retryably. [SinkFunc] adapts a function and [BatchError] fails a whole
-// batch. The sink packages are stdoutsink (JSON lines), webhooksink
-// (CloudEvents over HTTP in binary mode, signed with Standard Webhooks) and
-// handlersink (Go functions in the same process); sinktest is the
-// conformance suite every sink passes, and outboxtest.Recorder is a
-// recording sink for tests.
+// batch. The sink packages under sink/ are stdoutsink (JSON lines),
+// webhooksink (CloudEvents over HTTP, signed with Standard Webhooks),
+// handlersink (Go functions in the same process), and natssink, kafkasink,
+// amqpsink, redissink and mqttsink for NATS JetStream, Kafka, RabbitMQ,
+// Redis Streams and MQTT; the route package picks a broker destination per
+// event. sinktest is the conformance suite every sink passes, and
+// outboxtest.Recorder is a recording sink for tests.
 //
 // # Operating
 //
 // A [Manager] answers the operator's questions and runs their actions:
-// [Manager.Stats] (counts per status and the oldest pending event's age),
-// [Manager.ListEvents], [Manager.Event], [Manager.Retry] and
-// [Manager.RetryAllFailed] for dead-lettered events, [Manager.Replay] for
-// processed ones, and [Manager.Purge] for retention. The outbox command
-// (cmd/outbox) wraps it: outbox stats, outbox events list|show|retry|replay,
-// outbox purge, outbox relay, outbox migrate.
+// [Manager.Stats] and [Manager.EstimateStats] (counts per status and the
+// oldest pending event's age), [Manager.ListEvents], [Manager.SearchEvents]
+// and [Manager.Event], [Manager.Retry], [Manager.RetryAllFailed] and
+// [Manager.RetryMatching] for dead-lettered events, [Manager.Replay] and
+// [Manager.ReplayMatching] for processed ones, [Manager.Discard] for pending
+// ones, [Manager.Leases] for the relays holding events, and [Manager.Purge]
+// for retention. The outbox command (cmd/outbox) wraps it: outbox stats,
+// outbox events list|show|retry|replay, outbox purge, and outbox admin, which
+// serves the outboxadmin dashboard.
 //
-// The docs directory of the repository describes the architecture and the
-// operation of relays in production.
+// The docs directory of the repository describes the architecture, each
+// database, the brokers, the operation of relays in production,
+// observability, the admin dashboard and performance.
 package outbox
