@@ -3,16 +3,21 @@ package main_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/internal/driver/drivertest"
 	"github.com/outboxkit/outbox/internal/testutil"
 )
 
@@ -167,6 +172,11 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"empty schema prefix", append(db, "--schema-prefix", ""), []string{"invalid --schema-prefix: is empty"}},
 		{"unknown sink scheme", append(db, "--sink", "kafkaa://broker:9092"), []string{`unknown sink scheme "kafkaa": use one of discard, stdout`}},
 		{"no database", []string{"bench"}, []string{"no database: pass --database-url or set OUTBOX_DATABASE_URL"}},
+		{"listen on sqlite", []string{"--database-url", "sqlite:///nonexistent/app.db", "bench", "--wake", "listen"},
+			[]string{"invalid --wake: has listen, which needs PostgreSQL's LISTEN/NOTIFY: SQLite has none, use poll or process"}},
+		{"listen on mysql", []string{"--database-url", "mysql://nobody@127.0.0.1:1/db", "bench", "--wake", "listen", "latency"},
+			[]string{"invalid --wake: has listen, which needs PostgreSQL's LISTEN/NOTIFY: MySQL/MariaDB has none, use poll or process"}},
+		{"bad sqlite url", []string{"--database-url", "sqlite://app.db", "bench"}, []string{"invalid --database-url", "names a host"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,4 +200,205 @@ func TestBenchHelp(t *testing.T) {
 	require.Contains(t, res.stdout, "(default 200000)")
 	require.Contains(t, res.stdout, `(default "discard:")`)
 	require.Contains(t, res.stdout, "(default 10ms)")
+}
+
+// benchDatabase is a database kind the bench runs on besides PostgreSQL:
+// its URL, and a list of the scratch spaces left under a prefix.
+type benchDatabase struct {
+	url       string
+	scratches func(t *testing.T, prefix string) []string
+}
+
+// benchDatabases returns SQLite (a file in a fresh directory that the bench
+// must never create) and MariaDB (a database name that must never be
+// created).
+func benchDatabases(t *testing.T) map[string]benchDatabase {
+	t.Helper()
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app.db")
+	admin := mariaDBAdmin(t)
+	return map[string]benchDatabase{
+		"sqlite": {url: "sqlite://" + app, scratches: func(t *testing.T, prefix string) []string {
+			t.Helper()
+			files, err := filepath.Glob(filepath.Join(dir, prefix+"*"))
+			require.NoError(t, err)
+			_, err = os.Stat(app)
+			require.ErrorIs(t, err, os.ErrNotExist, "the URL's own file is never created")
+			return files
+		}},
+		"mariadb": {url: mariaDBURL(t, "outbox_bench_never_created"), scratches: func(t *testing.T, prefix string) []string {
+			t.Helper()
+			require.Empty(t, mariaDBDatabases(t, admin, "outbox_bench_never_created"), "the URL's own database is never created")
+			return mariaDBDatabases(t, admin, prefix)
+		}},
+	}
+}
+
+// mariaDBURL is a mysql:// URL for the test server (TEST_MYSQL_DSN) naming
+// database.
+func mariaDBURL(t *testing.T, database string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(drivertest.MySQLDSN())
+	require.NoError(t, err, "TEST_MYSQL_DSN")
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + database, User: url.User(cfg.User)}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	return u.String()
+}
+
+// mariaDBAdmin is a pool on the test server with no database, closed when
+// t ends.
+func mariaDBAdmin(t *testing.T) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(drivertest.MySQLDSN())
+	require.NoError(t, err, "TEST_MYSQL_DSN")
+	cfg.DBName = ""
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.PingContext(context.Background()),
+		"MariaDB is not reachable at TEST_MYSQL_DSN (default %s): start it or set TEST_MYSQL_DSN", drivertest.MySQLDSNDefault)
+	return db
+}
+
+// mariaDBDatabases lists the databases whose name starts with prefix.
+func mariaDBDatabases(t *testing.T, admin *sql.DB, prefix string) []string {
+	t.Helper()
+	rows, err := admin.QueryContext(context.Background(), `SELECT SCHEMA_NAME FROM information_schema.SCHEMATA`)
+	require.NoError(t, err)
+	defer func() { _ = rows.Close() }()
+	var names []string
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	require.NoError(t, rows.Err())
+	return names
+}
+
+// TestBenchSQLDatabases runs drain and reference through the binary on
+// SQLite and MariaDB: every event delivered, the sizes each database
+// tells, and no scratch file or database left.
+func TestBenchSQLDatabases(t *testing.T) {
+	t.Parallel()
+	for kind, db := range benchDatabases(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			prefix := benchPrefix(t)
+			t.Cleanup(func() { cleanupMariaDB(t, kind, prefix) })
+			args := []string{"--database-url", db.url, "bench", "--events", "300", "--batch-size", "100",
+				"--schema-prefix", prefix, "--json", "drain", "reference"}
+			if kind == "mariadb" {
+				// On a table this small MariaDB scans instead of looking up
+				// each ID, so the relay's mark (REPEATABLE READ) can deadlock
+				// with a concurrent claim; the relay retries and warns.
+				args = append(args, "--log-level", "error")
+			}
+			res := run(t, nil, args...)
+			requireOK(t, res)
+
+			var doc map[string]any
+			require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+			require.Equal(t, kind, doc["database"])
+			require.NotEmpty(t, doc["server"])
+			require.NotContains(t, doc, "autovacuum", "autovacuum is PostgreSQL's")
+			scenarios, _ := doc["scenarios"].([]any)
+			require.Len(t, scenarios, 2)
+			for i, want := range []string{"reference", "drain"} {
+				sc := scenarios[i].(map[string]any)
+				require.Equal(t, want, sc["scenario"])
+				require.EqualValues(t, 300, sc["events"], "every event delivered")
+				require.EqualValues(t, 0, sc["duplicates"])
+				require.Positive(t, sc["events_per_s"])
+				schema, _ := sc["schema"].(string)
+				require.Contains(t, schema, prefix)
+				table := sc["table"].(map[string]any)
+				for _, reading := range []string{"before", "after"} {
+					ts := table[reading].(map[string]any)
+					require.Positive(t, ts["total_bytes"])
+					require.NotContains(t, ts, "dead_tuples", "PostgreSQL only")
+					require.NotContains(t, ts, "live_tuples", "PostgreSQL only")
+					require.Equal(t, kind == "mariadb", ts["index_bytes"] != nil, "index_bytes: %v", ts)
+				}
+			}
+			drain := scenarios[1].(map[string]any)
+			require.Positive(t, drain["ratio_to_reference"])
+			require.Empty(t, db.scratches(t, prefix), "scratch spaces removed")
+		})
+	}
+}
+
+// cleanupMariaDB drops what a failed MariaDB run left under prefix.
+func cleanupMariaDB(t *testing.T, kind, prefix string) {
+	if kind != "mariadb" {
+		return
+	}
+	admin := mariaDBAdmin(t)
+	for _, name := range mariaDBDatabases(t, admin, prefix) {
+		_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+name+"`")
+	}
+}
+
+// On SQLite, --wake all means the modes SQLite has: poll and process.
+func TestBenchSQLiteText(t *testing.T) {
+	t.Parallel()
+	db := benchDatabases(t)["sqlite"]
+	prefix := benchPrefix(t)
+	res := run(t, nil, "--database-url", db.url, "bench", "--events", "200", "--duration", "1s", "--writers", "2",
+		"--rate", "100", "--wake", "all", "--schema-prefix", prefix, "latency", "drain")
+	requireOK(t, res)
+	for _, want := range []string{"outbox bench on SQLite 3.", "\ndrain ", "relay/reference", "database file",
+		"retention processed, wake poll", "retention processed, wake process", "commit→ack", "note: "} {
+		require.Contains(t, res.stdout, want)
+	}
+	require.NotContains(t, res.stdout, "wake listen")
+	require.NotContains(t, res.stdout, "live/dead tuples")
+	require.Empty(t, db.scratches(t, prefix))
+}
+
+func TestBenchInterruptRemovesScratch(t *testing.T) {
+	t.Parallel()
+	for kind, db := range benchDatabases(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			prefix := benchPrefix(t)
+			t.Cleanup(func() { cleanupMariaDB(t, kind, prefix) })
+			// Far more events than the test waits for: the pre-fill is
+			// still running when the signal comes.
+			p := start(t, nil, "--database-url", db.url, "bench", "--events", "20000000",
+				"--schema-prefix", prefix, "drain")
+			testutil.WaitFor(t, 30*time.Second, "the pre-fill", func() bool {
+				switch kind {
+				case "sqlite":
+					// The pre-fill's pages spill into the WAL.
+					for _, f := range db.scratches(t, prefix) {
+						if fi, err := os.Stat(f); err == nil && strings.HasSuffix(f, "-wal") && fi.Size() > 1<<20 {
+							return true
+						}
+					}
+				default:
+					admin := mariaDBAdmin(t)
+					for _, name := range db.scratches(t, prefix) {
+						var n int
+						require.NoError(t, admin.QueryRowContext(context.Background(), `SELECT count(*) FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'outbox_events'`, name).Scan(&n))
+						if n > 0 {
+							return true
+						}
+					}
+				}
+				return false
+			})
+			require.Equal(t, 1, p.stop(t, os.Interrupt))
+			line := strings.TrimSuffix(p.stderr.String(), "\n")
+			require.NotContains(t, line, "\n", "one error line:\n%s", line)
+			require.True(t, strings.HasPrefix(line, "outbox: interrupted"), line)
+			require.Empty(t, p.stdout.String())
+			require.Empty(t, db.scratches(t, prefix), "the scratch space is removed on Ctrl-C")
+		})
+	}
 }

@@ -1,13 +1,17 @@
-// Package bench measures the outbox on a real database: how fast the relay
-// drains a backlog compared with a plain hand-written SQL relay loop, what a
-// running relay costs the application's writers, and how long an event
-// takes from commit to the sink. `outbox bench` runs it; Go tests and
-// benchmarks use it directly.
+// Package bench measures the outbox on a real database — PostgreSQL, SQLite
+// or MySQL/MariaDB: how fast the relay drains a backlog compared with a plain
+// hand-written SQL relay loop, what a running relay costs the application's
+// writers, and how long an event takes from commit to the sink. `outbox
+// bench` runs it; Go tests and benchmarks use it directly.
 //
-// Every scenario runs in a scratch schema of its own (outbox_bench_<random>),
-// migrated with outboxmigrate and dropped when the scenario ends, also when it
-// fails or is cancelled. The relay, the reference loop and the writers all run
-// in the calling process, so the reported RSS is that process's.
+// Every scenario runs in scratch space of its own (outbox_bench_<random>):
+// a schema on PostgreSQL, a database file next to the URL's file on SQLite,
+// a database on MySQL/MariaDB. It is migrated with outboxmigrate and removed
+// when the scenario ends, also when it fails or is cancelled; the database's
+// own tables are never touched. The relay, the reference loop and the
+// writers all run in the calling process, so the reported RSS is that
+// process's. What differs per database sits behind the interfaces in
+// store.go, one file per database.
 package bench
 
 import (
@@ -82,6 +86,7 @@ const (
 	WakePoll Wake = "poll"
 	// WakeListen sets RelayConfig.Listen and has the writers notify
 	// (WriterConfig.NotifyInterval = outbox.NotifyIntervalDefault).
+	// PostgreSQL only.
 	WakeListen Wake = "listen"
 	// WakeProcess has each writer call Relay.Wake after its commit, as an
 	// application running the relay in its own process would.
@@ -135,7 +140,8 @@ const (
 	DurationDefault     = 20 * time.Second
 	RateDefault         = 1000
 	PollIntervalDefault = 10 * time.Millisecond
-	// SchemaPrefixDefault starts every scratch schema's name.
+	// SchemaPrefixDefault starts every scratch schema's, file's or
+	// database's name.
 	SchemaPrefixDefault = "outbox_bench_"
 	// PayloadSizeMin is the smallest payload the generator can build.
 	PayloadSizeMin = 16
@@ -169,7 +175,7 @@ type Config struct {
 	// outbox.RetainProcessed.
 	Retentions []outbox.Retention
 	// Wakes are the wake-up modes steady and latency run in, one run each.
-	// Defaults to WakePoll.
+	// Defaults to WakePoll. WakeListen needs PostgreSQL.
 	Wakes []Wake
 	// PollInterval is the relay's and the reference loop's wait after a
 	// short claim. Defaults to PollIntervalDefault.
@@ -180,7 +186,8 @@ type Config struct {
 	// SinkName describes Sink in reports. Defaults to "discard:" when Sink
 	// is nil, else to the sink's type.
 	SinkName string
-	// SchemaPrefix starts each scratch schema's name. Defaults to
+	// SchemaPrefix starts each scratch schema's (PostgreSQL), file's
+	// (SQLite) or database's (MySQL/MariaDB) name. Defaults to
 	// SchemaPrefixDefault.
 	SchemaPrefix string
 	// Logger receives the relay's logs. Defaults to slog.Default().

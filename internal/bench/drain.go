@@ -23,26 +23,26 @@ func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report,
 	rep := Report{Scenario: ScenarioDrain, Retention: string(retention)}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
 		r.progress("drain (%s): pre-filling %d events", retention, r.cfg.Events)
-		if err := r.prefill(ctx, s); err != nil {
+		if err := s.prefill(ctx, r.cfg.Events, r.payload); err != nil {
 			return err
 		}
-		before, err := r.tableSize(ctx, s)
+		before, err := s.tableSize(ctx)
 		if err != nil {
 			return err
 		}
 		rep.Table.Before = before
 
-		p := &pools{r: r}
+		p := s.pools()
 		defer p.close(ctx)
-		relayID := "bench:" + s.name
-		pool, err := p.relayPool(ctx, relayID, r.cfg.Workers+2)
+		relayID := "bench:" + s.name()
+		db, err := p.relay(ctx, relayID, r.cfg.Workers+2)
 		if err != nil {
 			return err
 		}
 		rec := newRecorder(r.cfg.Sink, r.cfg.Events)
 		progress := &drainProgress{target: int64(r.cfg.Events), done: make(chan struct{}), failed: make(chan struct{})}
-		relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{
-			Sink: rec, Schema: s.name, RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
+		relay, err := outbox.NewRelay(db, outbox.RelayConfig{
+			Sink: rec, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
 			PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, Hooks: []outbox.Hook{progress},
 		})
 		if err != nil {
@@ -70,7 +70,7 @@ func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report,
 		if err := r.verifyDrained(ctx, s, retention); err != nil {
 			return fmt.Errorf("drain (%s): %w", retention, err)
 		}
-		if rep.Table.After, err = r.tableSize(ctx, s); err != nil {
+		if rep.Table.After, err = s.tableSize(ctx); err != nil {
 			return err
 		}
 		delivered, dups, _ := rec.counts()
@@ -81,46 +81,25 @@ func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report,
 	return rep, err
 }
 
-// prefill inserts Events pending events in one statement, then vacuums and
-// analyzes the table so the drain starts from a settled one.
-func (r *Runner) prefill(ctx context.Context, s scratch) error {
-	_, err := r.ctl.Exec(ctx, `INSERT INTO `+s.table+` (event_type, aggregate_type, aggregate_id, payload)
-SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::int) AS g`, r.cfg.Events, string(r.payload))
-	if err != nil {
-		return fmt.Errorf("pre-fill %d events: %w", r.cfg.Events, err)
-	}
-	// Publish the insert's statistics before VACUUM counts the live rows,
-	// or they would be added again on top of its count.
-	if err := r.flushOwnStats(ctx); err != nil {
-		return err
-	}
-	return r.vacuumAnalyze(ctx, s)
-}
-
 // verifyDrained checks that every pre-filled event ended where retention
 // puts delivered events.
 func (r *Runner) verifyDrained(ctx context.Context, s scratch, retention outbox.Retention) error {
-	var undelivered, processed, remaining, archived int64
-	err := r.ctl.QueryRow(ctx, `SELECT
-    (SELECT count(*) FROM `+s.table+` WHERE status IN ('pending', 'processing', 'failed')),
-    (SELECT count(*) FROM `+s.table+` WHERE status = 'processed'),
-    (SELECT count(*) FROM `+s.table+`),
-    (SELECT count(*) FROM `+s.archive+`)`).Scan(&undelivered, &processed, &remaining, &archived)
+	c, err := s.statuses(ctx)
 	if err != nil {
-		return fmt.Errorf("count delivered events: %w", err)
+		return err
 	}
 	want := int64(r.cfg.Events)
 	var got int64
 	switch retention {
 	case outbox.RetainDelete:
-		got = want - remaining
+		got = want - c.remaining
 	case outbox.RetainArchive:
-		got = archived
+		got = c.archived
 	default:
-		got = processed
+		got = c.processed
 	}
-	if undelivered != 0 || got != want {
-		return fmt.Errorf("%d of %d events delivered as retention %s expects, %d undelivered", got, want, retention, undelivered)
+	if c.undelivered != 0 || got != want {
+		return fmt.Errorf("%d of %d events delivered as retention %s expects, %d undelivered", got, want, retention, c.undelivered)
 	}
 	return nil
 }

@@ -23,16 +23,16 @@ const deliverTimeout = 30 * time.Second
 func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
 	rep := Report{Scenario: ScenarioLatency, Retention: string(retention), Wake: wake}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
-		if err := r.createOrders(ctx, s); err != nil {
+		if err := s.createOrders(ctx); err != nil {
 			return err
 		}
 		var err error
-		if rep.Table.Before, err = r.tableSize(ctx, s); err != nil {
+		if rep.Table.Before, err = s.tableSize(ctx); err != nil {
 			return err
 		}
-		p := &pools{r: r}
+		p := s.pools()
 		defer p.close(ctx)
-		wpool, err := p.writerPool(ctx, "outbox-bench-writer:"+s.name, r.cfg.Writers)
+		wpool, err := p.writers(ctx, "outbox-bench-writer:"+s.name(), r.cfg.Writers)
 		if err != nil {
 			return err
 		}
@@ -42,7 +42,7 @@ func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake W
 			return err
 		}
 		tokens := make(chan struct{})
-		run := writerRun{pool: wpool, orders: s.orders, payload: r.payload, n: r.cfg.Writers,
+		run := writerRun{pool: wpool, payload: r.payload, n: r.cfg.Writers,
 			writer: r.newWriter(s, wake), tokens: tokens}
 		if wake == WakeProcess {
 			run.afterCommit = relay.Wake
@@ -69,7 +69,7 @@ func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake W
 			return fmt.Errorf("latency: %w", err)
 		}
 		p.close(ctx)
-		if rep.Table.After, err = r.tableSize(ctx, s); err != nil {
+		if rep.Table.After, err = s.tableSize(ctx); err != nil {
 			return err
 		}
 

@@ -4,16 +4,37 @@ package bench
 // scenario run. It is what `outbox bench --json` prints.
 type Result struct {
 	Settings Settings `json:"settings"`
-	// Server is the PostgreSQL server_version.
+	// Database is the kind of database: postgres, sqlite, mariadb or
+	// mysql.
+	Database string `json:"database"`
+	// Server is the database's version: PostgreSQL's server_version,
+	// SQLite's sqlite_version(), MySQL's or MariaDB's VERSION().
 	Server string `json:"server"`
-	// Autovacuum is the server's autovacuum setting: off, dead tuples
-	// stay until something vacuums the table.
-	Autovacuum bool `json:"autovacuum"`
+	// Autovacuum is PostgreSQL's autovacuum setting (off: dead tuples stay
+	// until something vacuums the table); nil, and absent in JSON,
+	// elsewhere.
+	Autovacuum *bool `json:"autovacuum,omitempty"`
 	// CPUs is the bench host's logical CPU count.
 	CPUs int `json:"cpus"`
 	// Notes say how to read the numbers.
 	Notes     []string `json:"notes"`
 	Scenarios []Report `json:"scenarios"`
+}
+
+// DatabaseName is Database as people write it: PostgreSQL, SQLite,
+// MariaDB or MySQL.
+func (r Result) DatabaseName() string {
+	switch r.Database {
+	case "postgres":
+		return "PostgreSQL"
+	case "sqlite":
+		return "SQLite"
+	case "mariadb":
+		return "MariaDB"
+	case "mysql":
+		return "MySQL"
+	}
+	return r.Database
 }
 
 // Settings are the Config a run used, as reported.
@@ -37,7 +58,9 @@ type Settings struct {
 type Report struct {
 	Scenario  Scenario `json:"scenario"`
 	Retention string   `json:"retention"`
-	// Schema is the scratch schema the scenario ran in, dropped since.
+	// Schema is the scratch space the scenario ran in, removed since: the
+	// schema (PostgreSQL), the database (MySQL/MariaDB) or the file's path
+	// (SQLite).
 	Schema string `json:"schema"`
 	// Wake is the wake-up mode (steady and latency).
 	Wake Wake `json:"wake,omitempty"`
@@ -109,15 +132,23 @@ type TableStats struct {
 	After  TableSize `json:"after"`
 }
 
-// TableSize is one reading of the outbox table's storage.
+// TableSize is one reading of the outbox table's storage: what each
+// database tells cheaply. A field a database does not tell is nil, and
+// absent in JSON.
 type TableSize struct {
-	// TotalBytes is pg_total_relation_size: heap, indexes and TOAST.
+	// TotalBytes is the outbox table's storage: pg_total_relation_size
+	// (heap, indexes and TOAST) on PostgreSQL, data_length + index_length
+	// on MySQL/MariaDB. On SQLite it is the whole scratch file,
+	// page_count × page_size: outbox_events, the archive and the orders
+	// table, and free pages, since the file never shrinks.
 	TotalBytes int64 `json:"total_bytes"`
-	// IndexBytes is pg_indexes_size.
-	IndexBytes int64 `json:"index_bytes"`
-	// LiveTuples and DeadTuples are from pg_stat_user_tables.
-	LiveTuples int64 `json:"live_tuples"`
-	DeadTuples int64 `json:"dead_tuples"`
-	// ArchiveTotalBytes is outbox_events_archive's pg_total_relation_size.
-	ArchiveTotalBytes int64 `json:"archive_total_bytes"`
+	// IndexBytes is pg_indexes_size, or index_length on MySQL/MariaDB.
+	IndexBytes *int64 `json:"index_bytes,omitempty"`
+	// LiveTuples and DeadTuples are from pg_stat_user_tables (PostgreSQL
+	// only).
+	LiveTuples *int64 `json:"live_tuples,omitempty"`
+	DeadTuples *int64 `json:"dead_tuples,omitempty"`
+	// ArchiveTotalBytes is outbox_events_archive's size, measured as
+	// TotalBytes is (PostgreSQL, MySQL/MariaDB).
+	ArchiveTotalBytes *int64 `json:"archive_total_bytes,omitempty"`
 }

@@ -7,31 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
-// Runner runs scenarios against one database. Each scenario gets a scratch
-// schema of its own and pools of its own, so the scenarios do not disturb
+// Runner runs scenarios against one database. Each scenario gets scratch
+// space of its own — a schema on PostgreSQL, a file on SQLite, a database on
+// MySQL/MariaDB — and pools of its own, so the scenarios do not disturb
 // each other's numbers. A Runner is not safe for concurrent use.
 type Runner struct {
 	cfg     Config
-	base    *pgxpool.Config // copied for every pool a scenario opens
-	ctl     *pgxpool.Pool   // setup, measurements, cleanup
+	st      store
+	info    storeInfo
 	payload []byte
-	// flushStats is true when the server has pg_stat_force_next_flush
-	// (PostgreSQL 15 and later).
-	flushStats bool
-	server     string
-	autovacuum bool
 }
 
-// New checks cfg and connects to the database poolConfig names.
+// New checks cfg and connects to the PostgreSQL database poolConfig names.
 func New(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Runner, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -40,27 +36,64 @@ func New(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Runner, 
 	if poolConfig == nil {
 		return nil, &ConfigError{Field: "poolConfig", Err: errors.New("is nil")}
 	}
-	pc := poolConfig.Copy()
-	// One connection: pg_stat_force_next_flush then flushes every change
-	// the control connection made (pre-fill, truncate) before a reading.
-	pc.MaxConns = 1
-	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-bench"
-	ctl, err := pgxpool.NewWithConfig(ctx, pc)
+	st, err := openPostgres(ctx, poolConfig)
 	if err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
+		return nil, err
 	}
-	r := &Runner{cfg: cfg, base: poolConfig.Copy(), ctl: ctl, payload: Payload(cfg.PayloadSize)}
-	err = ctl.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum')::bool,
-    to_regproc('pg_stat_force_next_flush') IS NOT NULL`).Scan(&r.server, &r.autovacuum, &r.flushStats)
+	return newRunner(st, cfg), nil
+}
+
+// Open checks cfg and connects to the database url names: PostgreSQL as
+// New does, SQLite (scratch files next to the URL's file, which is never
+// opened) or MySQL/MariaDB (scratch databases; the URL's database is never
+// used). Wake-up mode listen needs PostgreSQL: elsewhere Open refuses it
+// with a *ConfigError for Wakes.
+func Open(ctx context.Context, url *dburl.Config, cfg Config) (*Runner, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if url == nil || (url.Kind == dburl.KindPostgres) != (url.Postgres != nil) {
+		return nil, &ConfigError{Field: "url", Err: errors.New("is not a URL dburl.Parse returned")}
+	}
+	if url.Kind != dburl.KindPostgres && slices.Contains(cfg.Wakes, WakeListen) {
+		return nil, &ConfigError{Field: "Wakes", Err: fmt.Errorf(
+			"has listen, which needs PostgreSQL's LISTEN/NOTIFY: %s has none, use poll or process", kindName(url.Kind))}
+	}
+	var (
+		st  store
+		err error
+	)
+	switch url.Kind {
+	case dburl.KindPostgres:
+		st, err = openPostgres(ctx, url.Postgres)
+	case dburl.KindSQLite:
+		st, err = openSQLite(ctx, url, cfg.SchemaPrefix)
+	default:
+		st, err = openMySQL(ctx, url)
+	}
 	if err != nil {
-		ctl.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
+		return nil, err
 	}
-	return r, nil
+	return newRunner(st, cfg), nil
+}
+
+func kindName(k dburl.Kind) string {
+	switch k {
+	case dburl.KindSQLite:
+		return "SQLite"
+	case dburl.KindPostgres:
+		return "PostgreSQL"
+	}
+	return "MySQL/MariaDB"
+}
+
+func newRunner(st store, cfg Config) *Runner {
+	return &Runner{cfg: cfg, st: st, info: st.about(), payload: Payload(cfg.PayloadSize)}
 }
 
 // Close closes the Runner's connections.
-func (r *Runner) Close() { r.ctl.Close() }
+func (r *Runner) Close() { r.st.close() }
 
 // Config returns the configuration with defaults filled in.
 func (r *Runner) Config() Config { return r.cfg }
@@ -71,14 +104,12 @@ func (r *Runner) Config() Config { return r.cfg }
 // Drain always runs its reference, also when the reference scenario itself
 // is not asked for. On error it returns the reports finished so far.
 func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) {
-	res := Result{Settings: r.settings(), Server: r.server, Autovacuum: r.autovacuum, CPUs: runtime.NumCPU(), Notes: []string{
-		"The relay, the reference loop and the writers run in the bench process; rss_peak_bytes is that process's resident memory.",
-		"The relay's and the reference loop's connections both use outbox.ConfigureRelayPool (synchronous_commit=off); writers use the database's defaults.",
-		"Compare ratios taken in one run (ratio_to_reference, writer_tps_ratio); absolute rates drift between runs and machines.",
-	}}
-	if !r.autovacuum {
-		res.Notes = append(res.Notes, "autovacuum is off on this server: dead tuples stay and tables grow until something vacuums them.")
-	}
+	res := Result{Settings: r.settings(), Database: r.info.kind, Server: r.info.server, Autovacuum: r.info.autovacuum,
+		CPUs: runtime.NumCPU(), Notes: []string{
+			"The relay, the reference loop and the writers run in the bench process; rss_peak_bytes is that process's resident memory.",
+			"Compare ratios taken in one run (ratio_to_reference, writer_tps_ratio); absolute rates drift between runs and machines.",
+		}}
+	res.Notes = append(res.Notes, r.info.notes...)
 	want := map[Scenario]bool{}
 	for _, s := range scenarios {
 		want[s] = true
@@ -157,106 +188,25 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// scratch is one scenario's schema.
-type scratch struct {
-	name    string
-	table   string // quoted outbox_events
-	archive string // quoted outbox_events_archive
-	orders  string // quoted orders
-}
-
-// schemaComment marks a scratch schema, so an operator who finds one left
-// behind (the bench process was killed) knows it is safe to drop.
-const schemaComment = "outbox bench scratch schema: safe to drop"
-
-// withScratch creates and migrates a scratch schema, runs fn in it and drops
+// withScratch creates and migrates a scratch space, runs fn in it and drops
 // it, also when fn fails or ctx is cancelled. It sets rep.Schema.
 func (r *Runner) withScratch(ctx context.Context, rep *Report, fn func(s scratch) error) (err error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := r.cfg.SchemaPrefix + hex.EncodeToString(b[:])
-	rep.Schema = name
-	s := scratch{
-		name:    name,
-		table:   pgx.Identifier{name, "outbox_events"}.Sanitize(),
-		archive: pgx.Identifier{name, "outbox_events_archive"}.Sanitize(),
-		orders:  pgx.Identifier{name, "orders"}.Sanitize(),
+	s, err := r.st.create(ctx, r.cfg.SchemaPrefix+hex.EncodeToString(b[:]))
+	if err != nil {
+		return err
 	}
-	schema := pgx.Identifier{name}.Sanitize()
-	// CREATE without IF NOT EXISTS: the schema dropped at the end is
-	// always one this call created.
-	if _, err := r.ctl.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
-		return fmt.Errorf("create scratch schema %s (the bench needs CREATE on the database): %w", name, err)
-	}
+	rep.Schema = s.label()
 	defer func() {
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if _, dropErr := r.ctl.Exec(dropCtx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); dropErr != nil {
-			err = errors.Join(err, fmt.Errorf("drop scratch schema %s: %w (drop it by hand)", name, dropErr))
-		}
+		err = errors.Join(err, s.drop(dropCtx))
 	}()
-	if _, err := r.ctl.Exec(ctx, `COMMENT ON SCHEMA `+schema+` IS '`+schemaComment+`'`); err != nil {
-		return fmt.Errorf("comment on scratch schema %s: %w", name, err)
-	}
-	if _, err := outboxmigrate.Migrate(ctx, outbox.Postgres(r.ctl), outboxmigrate.Config{Schema: name}); err != nil {
+	if _, err := outboxmigrate.Migrate(ctx, s.database(), outboxmigrate.Config{Schema: s.schema()}); err != nil {
 		return err
 	}
 	return fn(s)
-}
-
-// pools are the connection pools one scenario opened; close waits until
-// their server backends are gone, so that their statistics are flushed
-// before the "after" reading.
-type pools struct {
-	r     *Runner
-	names []string
-	open  []*pgxpool.Pool
-}
-
-// relayPool opens a pool configured like a relay's (outbox.ConfigureRelayPool).
-func (p *pools) relayPool(ctx context.Context, relayID string, maxConns int) (*pgxpool.Pool, error) {
-	pc := p.r.base.Copy()
-	outbox.ConfigureRelayPool(pc, relayID)
-	pc.MaxConns = int32(min(maxConns, 1<<20))
-	return p.connect(ctx, pc)
-}
-
-// writerPool opens a pool with the database's default settings.
-func (p *pools) writerPool(ctx context.Context, name string, maxConns int) (*pgxpool.Pool, error) {
-	pc := p.r.base.Copy()
-	pc.ConnConfig.RuntimeParams["application_name"] = name
-	pc.MaxConns = int32(min(maxConns, 1<<20))
-	return p.connect(ctx, pc)
-}
-
-func (p *pools) connect(ctx context.Context, pc *pgxpool.Config) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	p.names = append(p.names, pc.ConnConfig.RuntimeParams["application_name"])
-	p.open = append(p.open, pool)
-	return pool, nil
-}
-
-// close closes every pool and waits (at most 10 seconds) for their
-// backends to exit.
-func (p *pools) close(ctx context.Context) {
-	for _, pool := range p.open {
-		pool.Close()
-	}
-	p.open = nil
-	if len(p.names) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = poll(ctx, 5*time.Millisecond, func() (bool, error) {
-		var n int
-		err := p.r.ctl.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY($1)`, p.names).Scan(&n)
-		return n == 0, err
-	})
-	p.names = nil
 }
 
 // poll calls cond every interval until it returns true, an error, or ctx

@@ -2,158 +2,128 @@ package bench_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/bench"
-	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/dburl"
 )
-
-// bundle is a Runner whose scratch schemas share a prefix of their own.
-type bundle struct {
-	ctx    context.Context
-	runner *bench.Runner
-	prefix string
-	pool   *pgxpool.Pool // the shared test pool, for checks
-}
-
-// setup returns a bundle whose Runner is configured by cfg, with tiny
-// defaults for what cfg leaves unset.
-func setup(t *testing.T, cfg bench.Config) bundle {
-	t.Helper()
-	b := newBundle(t)
-	b.start(t, cfg)
-	return b
-}
-
-// newBundle returns a bundle without a Runner yet.
-func newBundle(t *testing.T) bundle {
-	t.Helper()
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	b := bundle{ctx: context.Background(), prefix: "outbox_bench_t" + hex.EncodeToString(r[:]) + "_", pool: testutil.Pool(t)}
-	// A failed test may leave its schemas behind; the assertions check
-	// that the bench itself never does.
-	t.Cleanup(func() {
-		for _, s := range b.schemas(t) {
-			testutil.DropSchema(t, b.pool, s)
-		}
-	})
-	return b
-}
-
-// start sets b.runner.
-func (b *bundle) start(t *testing.T, cfg bench.Config) {
-	t.Helper()
-	pc, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	if cfg.Events == 0 {
-		cfg.Events = 500
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 100
-	}
-	if cfg.Writers == 0 {
-		cfg.Writers = 2
-	}
-	if cfg.Duration == 0 {
-		cfg.Duration = time.Second
-	}
-	cfg.SchemaPrefix = b.prefix
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := bench.New(b.ctx, pc, cfg)
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
-	b.runner = r
-}
-
-// schemas lists the schemas whose name starts with the bundle's prefix.
-func (b bundle) schemas(t *testing.T) []string {
-	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, b.prefix)
-	require.NoError(t, err)
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return names
-}
 
 func TestDrainAndReference(t *testing.T) {
 	t.Parallel()
-	for _, mode := range bench.Retentions {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			var (
-				mu            sync.Mutex
-				schemasDuring []int
-			)
-			b := newBundle(t)
-			b.start(t, bench.Config{Retentions: []outbox.Retention{mode},
-				// Progress runs inside the scenario: its scratch schema exists.
-				Progress: func(string) {
-					n := len(b.schemas(t))
-					mu.Lock()
-					defer mu.Unlock()
-					schemasDuring = append(schemasDuring, n)
-				}})
+	for _, kind := range databases {
+		for _, mode := range bench.Retentions {
+			t.Run(kind+"/"+string(mode), func(t *testing.T) {
+				t.Parallel()
+				var (
+					mu              sync.Mutex
+					scratchesDuring []int
+				)
+				b := newBundle(t, kind)
+				b.start(t, bench.Config{Retentions: []outbox.Retention{mode},
+					// Progress runs inside the scenario: its scratch space exists.
+					Progress: func(string) {
+						n := len(b.scratches(t))
+						mu.Lock()
+						defer mu.Unlock()
+						scratchesDuring = append(scratchesDuring, n)
+					}})
 
-			res, err := b.runner.Run(b.ctx, []bench.Scenario{bench.ScenarioDrain, bench.ScenarioReference})
-			require.NoError(t, err)
-			require.Len(t, res.Scenarios, 2)
-			ref, drain := res.Scenarios[0], res.Scenarios[1]
-			require.Equal(t, bench.ScenarioReference, ref.Scenario)
-			require.Equal(t, bench.ScenarioDrain, drain.Scenario)
-			for _, rep := range []bench.Report{ref, drain} {
-				require.Equal(t, string(mode), rep.Retention)
-				require.EqualValues(t, 500, rep.Events, "every event delivered once")
-				require.Zero(t, rep.Duplicates)
-				require.Positive(t, rep.Seconds)
-				require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.EventsPerS, 1e-6)
-				require.EqualValues(t, 500, rep.Table.Before.LiveTuples)
-				require.Positive(t, rep.Table.Before.TotalBytes)
-				require.Positive(t, rep.Table.Before.IndexBytes)
-				require.Positive(t, rep.RSSPeakBytes)
-				// Read after the scenario: what each retention mode leaves.
-				switch mode {
-				case outbox.RetainProcessed:
-					require.Greater(t, rep.Table.After.TotalBytes, rep.Table.Before.TotalBytes, "updated rows take new space")
-				case outbox.RetainDelete:
-					require.Less(t, rep.Table.After.LiveTuples, rep.Table.Before.LiveTuples)
-				case outbox.RetainArchive:
-					require.Less(t, rep.Table.After.LiveTuples, rep.Table.Before.LiveTuples)
-					require.Greater(t, rep.Table.After.ArchiveTotalBytes, rep.Table.Before.ArchiveTotalBytes)
+				res, err := b.runner.Run(b.ctx, []bench.Scenario{bench.ScenarioDrain, bench.ScenarioReference})
+				require.NoError(t, err)
+				require.Equal(t, kind, res.Database)
+				require.NotEmpty(t, res.Server)
+				require.Equal(t, kind == postgres, res.Autovacuum != nil, "autovacuum is PostgreSQL's")
+				require.Len(t, res.Scenarios, 2)
+				ref, drain := res.Scenarios[0], res.Scenarios[1]
+				require.Equal(t, bench.ScenarioReference, ref.Scenario)
+				require.Equal(t, bench.ScenarioDrain, drain.Scenario)
+				for _, rep := range []bench.Report{ref, drain} {
+					require.Equal(t, string(mode), rep.Retention)
+					require.EqualValues(t, 500, rep.Events, "every event delivered once")
+					require.Zero(t, rep.Duplicates)
+					require.Positive(t, rep.Seconds)
+					require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.EventsPerS, 1e-6)
+					require.Positive(t, rep.RSSPeakBytes)
+					requireTableSizes(t, kind, mode, rep.Table)
 				}
-			}
-			require.Nil(t, ref.DrainStats)
-			require.NotNil(t, drain.DrainStats)
-			require.Equal(t, ref.EventsPerS, drain.ReferenceEventsPerS)
-			require.InDelta(t, drain.EventsPerS/ref.EventsPerS, drain.RatioToReference, 1e-9)
+				require.NotEqual(t, ref.Schema, drain.Schema, "each scenario in scratch space of its own")
+				require.Nil(t, ref.DrainStats)
+				require.NotNil(t, drain.DrainStats)
+				require.Equal(t, ref.EventsPerS, drain.ReferenceEventsPerS)
+				require.InDelta(t, drain.EventsPerS/ref.EventsPerS, drain.RatioToReference, 1e-9)
 
-			mu.Lock()
-			require.NotEmpty(t, schemasDuring)
-			for _, n := range schemasDuring {
-				require.Equal(t, 1, n, "one scratch schema while a scenario runs")
-			}
-			mu.Unlock()
-			require.Empty(t, b.schemas(t), "scratch schemas dropped")
-		})
+				mu.Lock()
+				require.NotEmpty(t, scratchesDuring)
+				for _, n := range scratchesDuring {
+					require.Equal(t, 1, n, "one scratch space while a scenario runs")
+				}
+				mu.Unlock()
+				require.Empty(t, b.scratches(t), "scratch spaces removed")
+			})
+		}
+	}
+}
+
+// requireTableSizes checks what a drain's table readings hold on kind.
+func requireTableSizes(t *testing.T, kind string, mode outbox.Retention, table bench.TableStats) {
+	t.Helper()
+	before, after := table.Before, table.After
+	require.Positive(t, before.TotalBytes)
+	require.Positive(t, after.TotalBytes)
+	switch kind {
+	case sqlite:
+		// The file's size only; the rest is not measured.
+		for _, ts := range []bench.TableSize{before, after} {
+			require.Nil(t, ts.IndexBytes)
+			require.Nil(t, ts.LiveTuples)
+			require.Nil(t, ts.DeadTuples)
+			require.Nil(t, ts.ArchiveTotalBytes)
+		}
+		require.GreaterOrEqual(t, after.TotalBytes, before.TotalBytes, "an SQLite file never shrinks")
+		return
+	case mariadb:
+		for _, ts := range []bench.TableSize{before, after} {
+			require.NotNil(t, ts.IndexBytes)
+			require.NotNil(t, ts.ArchiveTotalBytes)
+			require.Nil(t, ts.LiveTuples)
+			require.Nil(t, ts.DeadTuples)
+		}
+		require.Positive(t, *before.IndexBytes)
+		if mode == outbox.RetainArchive {
+			require.Greater(t, *after.ArchiveTotalBytes, *before.ArchiveTotalBytes)
+		}
+		return
+	}
+	for _, ts := range []bench.TableSize{before, after} {
+		require.NotNil(t, ts.IndexBytes)
+		require.NotNil(t, ts.LiveTuples)
+		require.NotNil(t, ts.DeadTuples)
+		require.NotNil(t, ts.ArchiveTotalBytes)
+	}
+	require.EqualValues(t, 500, *before.LiveTuples)
+	require.Positive(t, *before.IndexBytes)
+	// Read after the scenario: what each retention mode leaves.
+	switch mode {
+	case outbox.RetainProcessed:
+		require.Greater(t, after.TotalBytes, before.TotalBytes, "updated rows take new space")
+	case outbox.RetainDelete:
+		require.Less(t, *after.LiveTuples, *before.LiveTuples)
+	case outbox.RetainArchive:
+		require.Less(t, *after.LiveTuples, *before.LiveTuples)
+		require.Greater(t, *after.ArchiveTotalBytes, *before.ArchiveTotalBytes)
 	}
 }
 
 func TestDrainRunsItsReference(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bench.Config{Events: 300, Retentions: []outbox.Retention{outbox.RetainDelete, outbox.RetainArchive}})
+	b := setup(t, postgres, bench.Config{Events: 300, Retentions: []outbox.Retention{outbox.RetainDelete, outbox.RetainArchive}})
 	res, err := b.runner.Run(b.ctx, []bench.Scenario{bench.ScenarioDrain})
 	require.NoError(t, err)
 	// Only drain reports, one per mode, each with its reference.
@@ -170,61 +140,86 @@ func TestDrainRunsItsReference(t *testing.T) {
 	require.Equal(t, []string{"delete", "archive"}, res.Settings.Retentions)
 	require.Equal(t, 300, res.Settings.Events)
 	require.NotEmpty(t, res.Server)
-	require.Empty(t, b.schemas(t))
+	require.Empty(t, b.scratches(t))
 }
 
 func TestSteady(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bench.Config{Workers: 2})
-	rep, err := b.runner.Steady(b.ctx, outbox.RetainProcessed, bench.WakePoll)
-	require.NoError(t, err)
-	require.Equal(t, bench.ScenarioSteady, rep.Scenario)
-	require.Equal(t, bench.WakePoll, rep.Wake)
-	require.NotNil(t, rep.SteadyStats)
-	require.Positive(t, rep.WriterTPSWithoutRelay)
-	require.Positive(t, rep.WriterTPSWithRelay)
-	require.InDelta(t, rep.WriterTPSWithRelay/rep.WriterTPSWithoutRelay, rep.WriterTPSRatio, 1e-9)
-	require.Positive(t, rep.Events)
-	require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.WriterTPSWithRelay, 1e-6)
-	require.GreaterOrEqual(t, rep.Seconds, time.Second.Seconds())
-	// The relay delivered what the writers committed, less the backlog.
-	require.Positive(t, rep.EventsPerS)
-	require.LessOrEqual(t, rep.EventsPerS*rep.Seconds, float64(rep.Events)+0.5)
-	require.GreaterOrEqual(t, rep.BacklogEnd, int64(0))
-	require.False(t, rep.BacklogGrew, "2 writers cannot outrun the relay: backlog %d at the end, %d halfway", rep.BacklogEnd, rep.BacklogMid)
-	require.Zero(t, rep.Duplicates)
-	// The tables were emptied before the relay phase; processed rows stay.
-	require.Zero(t, rep.Table.Before.LiveTuples)
-	require.Positive(t, rep.Table.After.LiveTuples)
-	require.Greater(t, rep.Table.After.TotalBytes, rep.Table.Before.TotalBytes)
-	require.Empty(t, b.schemas(t))
+	for _, kind := range databases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind, bench.Config{Workers: 2})
+			rep, err := b.runner.Steady(b.ctx, outbox.RetainProcessed, bench.WakePoll)
+			require.NoError(t, err)
+			require.Equal(t, bench.ScenarioSteady, rep.Scenario)
+			require.Equal(t, bench.WakePoll, rep.Wake)
+			require.NotNil(t, rep.SteadyStats)
+			require.Positive(t, rep.WriterTPSWithoutRelay)
+			require.Positive(t, rep.WriterTPSWithRelay)
+			require.InDelta(t, rep.WriterTPSWithRelay/rep.WriterTPSWithoutRelay, rep.WriterTPSRatio, 1e-9)
+			require.Positive(t, rep.Events)
+			require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.WriterTPSWithRelay, 1e-6)
+			require.GreaterOrEqual(t, rep.Seconds, time.Second.Seconds())
+			// The relay delivered what the writers committed, less the backlog.
+			require.Positive(t, rep.EventsPerS)
+			require.LessOrEqual(t, rep.EventsPerS*rep.Seconds, float64(rep.Events)+0.5)
+			require.GreaterOrEqual(t, rep.BacklogEnd, int64(0))
+			if kind != sqlite {
+				// SQLite's write lock is not fair: writers running flat out
+				// can hold the relay off for a while, so its backlog swings.
+				require.False(t, rep.BacklogGrew, "2 writers cannot outrun the relay: backlog %d at the end, %d halfway", rep.BacklogEnd, rep.BacklogMid)
+			}
+			require.Zero(t, rep.Duplicates)
+			require.Positive(t, rep.Table.After.TotalBytes)
+			if kind == postgres {
+				// The tables were emptied before the relay phase; processed rows stay.
+				require.Zero(t, *rep.Table.Before.LiveTuples)
+				require.Positive(t, *rep.Table.After.LiveTuples)
+				require.Greater(t, rep.Table.After.TotalBytes, rep.Table.Before.TotalBytes)
+			}
+			require.Empty(t, b.scratches(t))
+		})
+	}
+}
+
+// wakesOf is the wake-up modes kind has: listen is PostgreSQL's.
+func wakesOf(kind string) []bench.Wake {
+	if kind == postgres {
+		return bench.Wakes
+	}
+	return []bench.Wake{bench.WakePoll, bench.WakeProcess}
 }
 
 func TestLatency(t *testing.T) {
 	t.Parallel()
-	for _, wake := range bench.Wakes {
-		t.Run(string(wake), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, bench.Config{Rate: 200, Retentions: []outbox.Retention{outbox.RetainDelete}})
-			rep, err := b.runner.Latency(b.ctx, outbox.RetainDelete, wake)
-			require.NoError(t, err)
-			require.Equal(t, bench.ScenarioLatency, rep.Scenario)
-			require.Equal(t, "delete", rep.Retention)
-			require.NotNil(t, rep.LatencyStats)
-			require.EqualValues(t, 200, rep.TargetEventsPerS)
-			require.Positive(t, rep.Events)
-			require.LessOrEqual(t, rep.Events, int64(200), "the pacer issues at most rate × duration")
-			require.Equal(t, rep.Events, rep.Count, "every committed event measured")
-			require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.EventsPerS, 1e-6)
-			require.Equal(t, rep.EventsPerS >= 0.99*200, rep.RateReached)
-			require.Positive(t, rep.MaxMS)
-			require.LessOrEqual(t, rep.P50MS, rep.P95MS)
-			require.LessOrEqual(t, rep.P95MS, rep.P99MS)
-			require.LessOrEqual(t, rep.P99MS, rep.MaxMS)
-			require.Zero(t, rep.Duplicates)
-			require.Greater(t, rep.Table.After.TotalBytes, rep.Table.Before.TotalBytes)
-			require.Empty(t, b.schemas(t))
-		})
+	for _, kind := range databases {
+		for _, wake := range wakesOf(kind) {
+			t.Run(kind+"/"+string(wake), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, kind, bench.Config{Rate: 200, Retentions: []outbox.Retention{outbox.RetainDelete}})
+				rep, err := b.runner.Latency(b.ctx, outbox.RetainDelete, wake)
+				require.NoError(t, err)
+				require.Equal(t, bench.ScenarioLatency, rep.Scenario)
+				require.Equal(t, "delete", rep.Retention)
+				require.NotNil(t, rep.LatencyStats)
+				require.EqualValues(t, 200, rep.TargetEventsPerS)
+				require.Positive(t, rep.Events)
+				require.LessOrEqual(t, rep.Events, int64(200), "the pacer issues at most rate × duration")
+				require.Equal(t, rep.Events, rep.Count, "every committed event measured")
+				require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.EventsPerS, 1e-6)
+				require.Equal(t, rep.EventsPerS >= 0.99*200, rep.RateReached)
+				require.Positive(t, rep.MaxMS)
+				require.LessOrEqual(t, rep.P50MS, rep.P95MS)
+				require.LessOrEqual(t, rep.P95MS, rep.P99MS)
+				require.LessOrEqual(t, rep.P99MS, rep.MaxMS)
+				require.Zero(t, rep.Duplicates)
+				require.Positive(t, rep.Table.After.TotalBytes)
+				if kind == postgres { // deleted rows stay as dead tuples
+					require.Greater(t, rep.Table.After.TotalBytes, rep.Table.Before.TotalBytes)
+				}
+				require.Empty(t, b.scratches(t))
+			})
+		}
 	}
 }
 
@@ -232,15 +227,33 @@ func TestLatency(t *testing.T) {
 // quickly: each mode's wiring is what makes latency finish.
 func TestLatencyWakeUps(t *testing.T) {
 	t.Parallel()
-	for _, wake := range []bench.Wake{bench.WakeListen, bench.WakeProcess} {
-		t.Run(string(wake), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, bench.Config{Rate: 50, PollInterval: time.Hour})
-			rep, err := b.runner.Latency(b.ctx, outbox.RetainProcessed, wake)
-			require.NoError(t, err)
-			require.Equal(t, rep.Events, rep.Count)
-			require.Less(t, rep.MaxMS, 5000.0)
-		})
+	for _, kind := range databases {
+		for _, wake := range wakesOf(kind)[1:] {
+			t.Run(kind+"/"+string(wake), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, kind, bench.Config{Rate: 50, PollInterval: time.Hour})
+				rep, err := b.runner.Latency(b.ctx, outbox.RetainProcessed, wake)
+				require.NoError(t, err)
+				require.Equal(t, rep.Events, rep.Count)
+				require.Less(t, rep.MaxMS, 5000.0)
+			})
+		}
+	}
+}
+
+// Only PostgreSQL has LISTEN: elsewhere the wake-up mode is refused before
+// anything is opened.
+func TestListenNeedsPostgres(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"sqlite:///nonexistent/dir/app.db", "mysql://nobody@127.0.0.1:1/db"} {
+		u, err := dburl.Parse(raw)
+		require.NoError(t, err)
+		_, err = bench.Open(context.Background(), u, bench.Config{Wakes: []bench.Wake{bench.WakePoll, bench.WakeListen}})
+		var ce *bench.ConfigError
+		require.ErrorAs(t, err, &ce, raw)
+		require.Equal(t, "Wakes", ce.Field)
+		require.ErrorContains(t, err, "needs PostgreSQL's LISTEN/NOTIFY")
+		require.ErrorContains(t, err, "use poll or process")
 	}
 }
 
@@ -250,27 +263,37 @@ func TestFailingSinkEndsTheScenario(t *testing.T) {
 	sink := outbox.SinkFunc(func(_ context.Context, events []outbox.Event) []error {
 		return outbox.BatchError(len(events), boom)
 	})
-	b := setup(t, bench.Config{Events: 50, Sink: sink, SinkName: "failing"})
-	for _, sc := range []bench.Scenario{bench.ScenarioReference, bench.ScenarioDrain} {
-		_, err := b.runner.Run(b.ctx, []bench.Scenario{sc})
-		require.ErrorContains(t, err, "the sink rejected events")
-		require.ErrorContains(t, err, "broker says no")
+	for _, kind := range databases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind, bench.Config{Events: 50, Sink: sink, SinkName: "failing"})
+			for _, sc := range []bench.Scenario{bench.ScenarioReference, bench.ScenarioDrain} {
+				_, err := b.runner.Run(b.ctx, []bench.Scenario{sc})
+				require.ErrorContains(t, err, "the sink rejected events")
+				require.ErrorContains(t, err, "broker says no")
+			}
+			_, err := b.runner.Drain(b.ctx, outbox.RetainProcessed)
+			require.ErrorContains(t, err, "broker says no")
+			require.Empty(t, b.scratches(t))
+		})
 	}
-	_, err := b.runner.Drain(b.ctx, outbox.RetainProcessed)
-	require.ErrorContains(t, err, "broker says no")
-	require.Empty(t, b.schemas(t))
 }
 
-func TestCancelDropsTheSchema(t *testing.T) {
+func TestCancelDropsTheScratchSpace(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	b := newBundle(t)
-	// Cancel at the first step, inside the scratch schema.
-	b.start(t, bench.Config{Progress: func(string) { cancel() }})
-	_, err := b.runner.Run(ctx, []bench.Scenario{bench.ScenarioDrain})
-	require.ErrorIs(t, err, context.Canceled)
-	require.Empty(t, b.schemas(t))
+	for _, kind := range databases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b := newBundle(t, kind)
+			// Cancel at the first step, inside the scratch space.
+			b.start(t, bench.Config{Progress: func(string) { cancel() }})
+			_, err := b.runner.Run(ctx, []bench.Scenario{bench.ScenarioDrain})
+			require.ErrorIs(t, err, context.Canceled)
+			require.Empty(t, b.scratches(t))
+		})
+	}
 }
 
 func TestResultJSON(t *testing.T) {
@@ -289,4 +312,25 @@ func TestResultJSON(t *testing.T) {
 	require.NotContains(t, doc, "wake")
 	require.Contains(t, doc, "table")
 	require.Contains(t, doc, "rss_peak_bytes")
+}
+
+// A size a database does not tell is absent; a measured zero is not.
+func TestTableSizeJSON(t *testing.T) {
+	t.Parallel()
+	zero := int64(0)
+	for _, tc := range []struct {
+		ts   bench.TableSize
+		want string
+	}{
+		{bench.TableSize{TotalBytes: 8192}, `{"total_bytes":8192}`},
+		{bench.TableSize{TotalBytes: 8192, IndexBytes: &zero, LiveTuples: &zero, DeadTuples: &zero, ArchiveTotalBytes: &zero},
+			`{"total_bytes":8192,"index_bytes":0,"live_tuples":0,"dead_tuples":0,"archive_total_bytes":0}`},
+	} {
+		b, err := json.Marshal(tc.ts)
+		require.NoError(t, err)
+		require.JSONEq(t, tc.want, string(b))
+	}
+	b, err := json.Marshal(bench.Result{Database: "sqlite"})
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "autovacuum", "PostgreSQL only")
 }

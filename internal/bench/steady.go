@@ -19,7 +19,7 @@ import (
 func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
 	rep := Report{Scenario: ScenarioSteady, Retention: string(retention), Wake: wake}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
-		if err := r.createOrders(ctx, s); err != nil {
+		if err := s.createOrders(ctx); err != nil {
 			return err
 		}
 		r.progress("steady (%s, wake %s): %d writers without a relay for %v", retention, wake, r.cfg.Writers, r.cfg.Duration)
@@ -27,17 +27,16 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		if err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
-		_, err = r.ctl.Exec(ctx, `TRUNCATE `+s.orders+`, `+s.table+`, `+s.archive+` RESTART IDENTITY`)
-		if err != nil {
-			return fmt.Errorf("steady: empty the tables: %w", err)
+		if err := s.truncate(ctx); err != nil {
+			return fmt.Errorf("steady: %w", err)
 		}
-		if rep.Table.Before, err = r.tableSize(ctx, s); err != nil {
+		if rep.Table.Before, err = s.tableSize(ctx); err != nil {
 			return err
 		}
 
-		p := &pools{r: r}
+		p := s.pools()
 		defer p.close(ctx)
-		wpool, err := p.writerPool(ctx, "outbox-bench-writer:"+s.name, r.cfg.Writers)
+		wpool, err := p.writers(ctx, "outbox-bench-writer:"+s.name(), r.cfg.Writers)
 		if err != nil {
 			return err
 		}
@@ -47,7 +46,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 			return err
 		}
 		r.progress("steady (%s, wake %s): %d writers with the relay for %v", retention, wake, r.cfg.Writers, r.cfg.Duration)
-		run := writerRun{pool: wpool, orders: s.orders, payload: r.payload, n: r.cfg.Writers, writer: r.newWriter(s, wake)}
+		run := writerRun{pool: wpool, payload: r.payload, n: r.cfg.Writers, writer: r.newWriter(s, wake)}
 		if wake == WakeProcess {
 			run.afterCommit = relay.Wake
 		}
@@ -56,7 +55,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		mid := r.sampleBacklogAt(ctx, s, r.cfg.Duration/2)
 		commits, withTime, runErr := run.run(ctx)
 		delivered, _, _ := rec.counts()
-		backlogEnd, countErr := r.backlog(ctx, s)
+		backlogEnd, countErr := s.backlog(ctx)
 		backlogMid, midErr := mid()
 		stopErr := stopRelay(ctx, relay)
 		rep.RSSPeakBytes = rss.Stop()
@@ -67,7 +66,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 			return fmt.Errorf("steady: %w", err)
 		}
 		p.close(ctx)
-		if rep.Table.After, err = r.tableSize(ctx, s); err != nil {
+		if rep.Table.After, err = s.tableSize(ctx); err != nil {
 			return err
 		}
 
@@ -92,29 +91,29 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 // connections of their own that are closed afterwards (so their statistics
 // are flushed before the tables are emptied).
 func (r *Runner) writeAlone(ctx context.Context, s scratch) ([]commit, time.Duration, error) {
-	p := &pools{r: r}
+	p := s.pools()
 	defer p.close(ctx)
-	wpool, err := p.writerPool(ctx, "outbox-bench-writer-alone:"+s.name, r.cfg.Writers)
+	wpool, err := p.writers(ctx, "outbox-bench-writer-alone:"+s.name(), r.cfg.Writers)
 	if err != nil {
 		return nil, 0, err
 	}
-	run := writerRun{pool: wpool, orders: s.orders, payload: r.payload, n: r.cfg.Writers,
-		writer: outbox.NewWriter(outbox.WriterConfig{Schema: s.name}), deadline: time.Now().Add(r.cfg.Duration)}
+	run := writerRun{pool: wpool, payload: r.payload, n: r.cfg.Writers,
+		writer: r.newWriter(s, WakePoll), deadline: time.Now().Add(r.cfg.Duration)}
 	return run.run(ctx)
 }
 
 // startRelay starts an outbox.Relay on a relay pool of its own, woken as
 // wake says.
-func (r *Runner) startRelay(ctx context.Context, p *pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*outbox.Relay, error) {
-	relayID := "bench:" + s.name
+func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*outbox.Relay, error) {
+	relayID := "bench:" + s.name()
 	// One connection per claim loop, one for the lease rescue, one for
 	// LISTEN, one spare.
-	pool, err := p.relayPool(ctx, relayID, r.cfg.Workers+3)
+	db, err := p.relay(ctx, relayID, r.cfg.Workers+3)
 	if err != nil {
 		return nil, err
 	}
-	relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{
-		Sink: sink, Schema: s.name, RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
+	relay, err := outbox.NewRelay(db, outbox.RelayConfig{
+		Sink: sink, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
 		PollInterval: r.cfg.PollInterval, Retention: retention, Listen: wake == WakeListen, Logger: r.cfg.Logger,
 	})
 	if err != nil {
@@ -126,10 +125,11 @@ func (r *Runner) startRelay(ctx context.Context, p *pools, s scratch, retention 
 	return relay, nil
 }
 
-// newWriter returns the writers' outbox.Writer for wake: with WakeListen it
-// notifies listening relays, debounced by outbox.NotifyIntervalDefault.
+// newWriter returns the writers' outbox.Writer for wake in the database's
+// dialect: with WakeListen it notifies listening relays, debounced by
+// outbox.NotifyIntervalDefault.
 func (r *Runner) newWriter(s scratch, wake Wake) *outbox.Writer {
-	cfg := outbox.WriterConfig{Schema: s.name}
+	cfg := outbox.WriterConfig{Schema: s.schema(), Dialect: r.info.dialect}
 	if wake == WakeListen {
 		cfg.NotifyInterval = outbox.NotifyIntervalDefault
 	}
@@ -153,7 +153,7 @@ func (r *Runner) sampleBacklogAt(ctx context.Context, s scratch, d time.Duration
 		case <-ctx.Done():
 		case <-stop:
 		case <-t.C:
-			n, err = r.backlog(ctx, s)
+			n, err = s.backlog(ctx)
 		}
 	})
 	return func() (int64, error) {
@@ -172,7 +172,7 @@ func (r *Runner) checkCommitted(ctx context.Context, s scratch, commits []commit
 			notAcked++
 		}
 	}
-	remaining, err := r.backlog(ctx, s)
+	remaining, err := s.backlog(ctx)
 	if err != nil {
 		return err
 	}

@@ -76,9 +76,9 @@ func BenchmarkMark(b *testing.B) {
 type stmtBench struct {
 	ctx     context.Context
 	pool    *pgxpool.Pool
-	s       scratch
+	table   string
 	drv     *pgdriver.Driver
-	ref     *referenceLoop
+	ref     *pgReference
 	batch   int
 	ret     outbox.Retention
 	lockedT time.Time // the relay's last claim's lease, its marks' fence
@@ -101,21 +101,20 @@ func newStmtBench(b *testing.B, batch int, retention outbox.Retention) *stmtBenc
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	s := scratch{name: schema, table: pgx.Identifier{schema, "outbox_events"}.Sanitize(),
-		archive: pgx.Identifier{schema, "outbox_events_archive"}.Sanitize()}
-	cfg := Config{BatchSize: batch, Workers: 1, PollInterval: time.Millisecond}
-	return &stmtBench{ctx: ctx, pool: pool, s: s, drv: pgdriver.New(pool, schema), batch: batch, ret: retention,
-		ref: newReferenceLoop(pool, s, retention, cfg, Discard{})}
+	table := pgx.Identifier{schema, "outbox_events"}.Sanitize()
+	archive := pgx.Identifier{schema, "outbox_events_archive"}.Sanitize()
+	return &stmtBench{ctx: ctx, pool: pool, table: table, drv: pgdriver.New(pool, schema), batch: batch, ret: retention,
+		ref: newPgReference(pool, table, archive, retention)}
 }
 
 func (st *stmtBench) prefill(b *testing.B, n int) {
 	b.Helper()
-	_, err := st.pool.Exec(st.ctx, `INSERT INTO `+st.s.table+` (event_type, aggregate_type, aggregate_id, payload)
+	_, err := st.pool.Exec(st.ctx, `INSERT INTO `+st.table+` (event_type, aggregate_type, aggregate_id, payload)
 SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::int) AS g`, n, string(Payload(PayloadSizeDefault)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := st.pool.Exec(st.ctx, `VACUUM ANALYZE `+st.s.table); err != nil {
+	if _, err := st.pool.Exec(st.ctx, `VACUUM ANALYZE `+st.table); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -123,7 +122,7 @@ SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::
 func (st *stmtBench) claimFunc(impl string) func(b *testing.B) []int64 {
 	if impl == "reference" {
 		return func(b *testing.B) []int64 {
-			events, err := st.ref.claimBatch(st.ctx, referenceLease.Milliseconds())
+			events, err := st.ref.claim(st.ctx, st.batch)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -151,11 +150,11 @@ func (st *stmtBench) claimFunc(impl string) func(b *testing.B) []int64 {
 func (st *stmtBench) markFunc(impl string) func(b *testing.B, ids []int64) int64 {
 	if impl == "reference" {
 		return func(b *testing.B, ids []int64) int64 {
-			tag, err := st.pool.Exec(st.ctx, st.ref.mark, ids)
+			n, err := st.ref.mark(st.ctx, ids)
 			if err != nil {
 				b.Fatal(err)
 			}
-			return tag.RowsAffected()
+			return n
 		}
 	}
 	return func(b *testing.B, ids []int64) int64 {

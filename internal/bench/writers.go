@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxkit/outbox"
 )
 
@@ -24,8 +22,7 @@ type commit struct {
 // business INSERT into orders and one outbox write, like an application's
 // checkout.
 type writerRun struct {
-	pool    *pgxpool.Pool
-	orders  string
+	pool    writerPool
 	writer  *outbox.Writer
 	payload json.RawMessage
 	n       int
@@ -67,11 +64,11 @@ func (w writerRun) run(ctx context.Context) ([]commit, time.Duration, error) {
 
 // one is writer i's loop on a connection of its own.
 func (w writerRun) one(ctx context.Context, i int) ([]commit, error) {
-	conn, err := w.pool.Acquire(ctx)
+	conn, err := w.pool.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("writer: connect: %w", err)
 	}
-	defer conn.Release()
+	defer conn.release()
 	customer := "customer-" + strconv.Itoa(i)
 	var commits []commit
 	for n := 0; ; n++ {
@@ -87,27 +84,11 @@ func (w writerRun) one(ctx context.Context, i int) ([]commit, error) {
 		} else if !time.Now().Before(w.deadline) {
 			return commits, nil
 		}
-		tx, err := conn.Begin(ctx)
+		id, err := conn.checkout(ctx, w.writer, customer, 1000+n%9000, w.payload)
 		if err != nil {
-			return commits, fmt.Errorf("writer: begin: %w", err)
-		}
-		var orderID int64
-		err = tx.QueryRow(ctx, `INSERT INTO `+w.orders+` (customer, total_cents) VALUES ($1, $2) RETURNING id`,
-			customer, 1000+n%9000).Scan(&orderID)
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return commits, fmt.Errorf("writer: insert order: %w", err)
-		}
-		res, err := w.writer.Write(ctx, tx, outbox.Message{EventType: "order.created", AggregateType: "order",
-			AggregateID: strconv.FormatInt(orderID, 10), Payload: w.payload})
-		if err != nil {
-			_ = tx.Rollback(ctx)
 			return commits, fmt.Errorf("writer: %w", err)
 		}
-		if err := tx.Commit(ctx); err != nil {
-			return commits, fmt.Errorf("writer: commit: %w", err)
-		}
-		commits = append(commits, commit{id: res.IDs[0], at: time.Now()})
+		commits = append(commits, commit{id: id, at: time.Now()})
 		if w.afterCommit != nil {
 			w.afterCommit()
 		}
@@ -148,18 +129,4 @@ func pace(ctx context.Context, rate int, d time.Duration, tokens chan<- struct{}
 			}
 		}
 	}
-}
-
-// createOrders creates the business table the writers insert into.
-func (r *Runner) createOrders(ctx context.Context, s scratch) error {
-	_, err := r.ctl.Exec(ctx, `CREATE TABLE `+s.orders+` (
-    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    customer    text NOT NULL,
-    total_cents bigint NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now()
-)`)
-	if err != nil {
-		return fmt.Errorf("create orders table: %w", err)
-	}
-	return nil
 }

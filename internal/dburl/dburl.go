@@ -78,6 +78,11 @@ type Config struct {
 	// SQLiteDSN is set for KindSQLite: the modernc.org/sqlite DSN, with the
 	// outbox's pragmas added.
 	SQLiteDSN string
+	// SQLitePath is the file a KindSQLite URL names, as written: absolute,
+	// or relative to the working directory.
+	SQLitePath string
+	// sqliteQuery is SQLiteDSN's query: the pragmas and driver parameters.
+	sqliteQuery url.Values
 	// MySQL is set for KindMySQL.
 	MySQL *mysql.Config
 	// Redacted is the URL with its password masked, for messages.
@@ -106,7 +111,10 @@ func Parse(rawURL string) (*Config, error) {
 		}
 	case "sqlite", "file":
 		c.Kind = KindSQLite
-		c.SQLiteDSN, err = sqliteDSN(rawURL)
+		c.SQLitePath, c.sqliteQuery, err = sqliteFile(rawURL)
+		if err == nil {
+			c.SQLiteDSN = sqliteDSN(c.SQLitePath, c.sqliteQuery)
+		}
 	case "mysql", "mariadb":
 		c.Kind = KindMySQL
 		c.MySQL, err = mysqlConfig(rawURL)
@@ -129,28 +137,28 @@ func pgReason(err error) string {
 	return "cannot parse it"
 }
 
-// sqliteDSN turns sqlite:///abs.db, sqlite:rel.db and file:path?… into a
-// modernc.org/sqlite DSN with the outbox's pragmas (WAL, busy timeout)
-// unless the URL sets its own.
-func sqliteDSN(raw string) (string, error) {
+// sqliteFile reads the path and the query of sqlite:///abs.db,
+// sqlite:rel.db and file:path?…, and adds the outbox's pragmas (WAL, busy
+// timeout) to the query unless the URL sets its own.
+func sqliteFile(raw string) (string, url.Values, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", errors.New("cannot parse it")
+		return "", nil, errors.New("cannot parse it")
 	}
 	var path string
 	switch {
 	case u.Opaque != "":
 		path, err = url.PathUnescape(u.Opaque)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 	case u.Host != "":
-		return "", fmt.Errorf("%s://%s… names a host: use %s:///absolute/path.db or %s:relative/path.db", u.Scheme, u.Host, u.Scheme, u.Scheme)
+		return "", nil, fmt.Errorf("%s://%s… names a host: use %s:///absolute/path.db or %s:relative/path.db", u.Scheme, u.Host, u.Scheme, u.Scheme)
 	default:
 		path = u.Path
 	}
 	if path == "" || strings.HasSuffix(path, "/") {
-		return "", errors.New("names no file: use sqlite:///absolute/path.db or sqlite:relative/path.db")
+		return "", nil, errors.New("names no file: use sqlite:///absolute/path.db or sqlite:relative/path.db")
 	}
 	q := u.Query()
 	defaults, _ := url.ParseQuery(sqlitedriver.DSNParams)
@@ -161,7 +169,30 @@ func sqliteDSN(raw string) (string, error) {
 			q.Add("_pragma", p)
 		}
 	}
-	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode(), nil
+	return path, q, nil
+}
+
+// sqliteDSN is the modernc.org/sqlite DSN for the file at path.
+func sqliteDSN(path string, q url.Values) string {
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// SQLiteDSNFor returns the DSN of another SQLite file, at path, with the
+// URL's pragmas and driver parameters, except mode and immutable: the file
+// is opened read-write and created if missing. outbox bench opens its
+// scratch files with it.
+func (c *Config) SQLiteDSNFor(path string) string {
+	q := url.Values{}
+	for k, v := range c.sqliteQuery {
+		if k != "mode" && k != "immutable" {
+			q[k] = v
+		}
+	}
+	if len(q) == 0 {
+		defaults, _ := url.ParseQuery(sqlitedriver.DSNParams)
+		q = defaults
+	}
+	return sqliteDSN(path, q)
 }
 
 // mysqlConfig turns mysql://user:pass@host:port/db?params into a

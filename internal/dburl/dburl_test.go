@@ -162,3 +162,25 @@ func TestOpenPostgresRelayPool(t *testing.T) {
 	require.NoError(t, closer.(dburl.PgPool).QueryRow(ctx, `SHOW application_name`).Scan(&app))
 	require.Equal(t, "outbox-relay:r-42", app)
 }
+
+func TestSQLiteDSNFor(t *testing.T) {
+	t.Parallel()
+	c, err := dburl.Parse("file:data/app.db?mode=ro&_pragma=synchronous(FULL)&_txlock=immediate")
+	require.NoError(t, err)
+	require.Equal(t, "data/app.db", c.SQLitePath)
+	dsn := c.SQLiteDSNFor("/tmp/other dir/scratch.db")
+	path, query, ok := strings.Cut(dsn, "?")
+	require.True(t, ok)
+	require.Equal(t, "file:/tmp/other%20dir/scratch.db", path)
+	q, err := url.ParseQuery(query)
+	require.NoError(t, err)
+	require.Equal(t, "immediate", q.Get("_txlock"), "the URL's parameters carry over")
+	require.Contains(t, q["_pragma"], "synchronous(FULL)", "the URL's own pragma wins")
+	require.Contains(t, q["_pragma"], "journal_mode(WAL)")
+	require.NotContains(t, q, "mode", "the new file is read-write")
+
+	c, err = dburl.Parse("sqlite:///var/lib/app.db")
+	require.NoError(t, err)
+	require.Equal(t, "/var/lib/app.db", c.SQLitePath)
+	require.Equal(t, strings.Replace(c.SQLiteDSN, "/var/lib/app.db", "/tmp/s.db", 1), c.SQLiteDSNFor("/tmp/s.db"))
+}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/bench"
+	"github.com/outboxkit/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
 
@@ -40,13 +42,22 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench [drain|steady|latency|reference|all]...",
 		Short: "Measure the relay and what the outbox costs on this database",
-		Long: `bench measures the outbox on the database --database-url names. Each scenario
-runs in a scratch schema of its own (--schema-prefix and a random suffix,
-created, migrated and dropped again, also on error or Ctrl-C; --schema does
-not apply). It needs CREATE on the database. Scenarios (default: all):
+		Long: `bench measures the outbox on the database --database-url names: PostgreSQL,
+SQLite or MySQL/MariaDB. Each scenario runs in scratch space of its own, named
+--schema-prefix and a random suffix, created, migrated and removed again, also
+on error or Ctrl-C; the database's own tables are never touched and --schema
+does not apply:
+
+  PostgreSQL     a scratch schema; needs CREATE on the database
+  SQLite         a scratch file next to the URL's file (which is not opened),
+                 or in a temporary directory when that one cannot be written
+  MySQL/MariaDB  a scratch database; needs CREATE and DROP on the server
+
+Scenarios (default: all):
 
   reference  drain a pre-filled backlog of --events with a plain hand-written
-             SQL loop (claim a batch with SKIP LOCKED, mark it in one statement)
+             SQL loop (claim a batch with SKIP LOCKED, or BEGIN IMMEDIATE on
+             SQLite; mark it in one statement)
   drain      drain the same backlog with the outbox relay; every drain report
              shows relay/reference from a reference run in the same mode
   steady     --writers write flat out for --duration without, then with the
@@ -56,14 +67,19 @@ not apply). It needs CREATE on the database. Scenarios (default: all):
 
 --retention all runs reference and drain once per retention mode; --wake all
 runs steady and latency once per wake-up mode (poll: the relay's poll interval
-only; listen: LISTEN/NOTIFY; process: the writers call Relay.Wake).
+only; listen: LISTEN/NOTIFY, PostgreSQL only; process: the writers call
+Relay.Wake). Table sizes and dead tuples are what each database tells
+cheaply: all of them on PostgreSQL, InnoDB's sizes on MySQL/MariaDB, the
+file's size on SQLite.
 
 The relay, the reference loop and the writers run in this process, so the
 reported peak RSS is this process's. Absolute numbers drift between runs and
 machines: compare the ratios taken in one run. Results go to stdout, as a
 table or with --json as one JSON document; progress goes to stderr on a
 terminal.`,
-		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench latency --rate 2000 --duration 30s --wake all",
+		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
+			"  outbox bench --database-url sqlite:///var/lib/app/app.db drain latency\n" +
+			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency",
 		Args: func(_ *cobra.Command, args []string) error {
 			if _, err := bench.ParseScenarios(args); err != nil {
 				return &usageError{err: err}
@@ -95,9 +111,13 @@ terminal.`,
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return benchConfigError(err)
 			}
-			pc, err := a.poolConfig("")
+			db, err := a.benchDatabase()
 			if err != nil {
 				return err
+			}
+			if wake == "all" && db.Kind != dburl.KindPostgres {
+				// All the modes this database has: LISTEN is PostgreSQL's.
+				cfg.Wakes = slices.DeleteFunc(cfg.Wakes, func(w bench.Wake) bool { return w == bench.WakeListen })
 			}
 			sink, err := a.benchSink(cmd.Context(), sinkURL)
 			if err != nil {
@@ -124,10 +144,10 @@ terminal.`,
 
 			ctx := cmd.Context()
 			connectCtx, cancel := context.WithTimeout(ctx, connectTimeout)
-			runner, err := bench.New(connectCtx, pc, cfg)
+			runner, err := bench.Open(connectCtx, db, cfg)
 			cancel()
 			if err != nil {
-				return err
+				return benchConfigError(err)
 			}
 			defer runner.Close()
 			res, err := runner.Run(ctx, scenarios)
@@ -151,12 +171,34 @@ terminal.`,
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long steady (each phase) and latency write")
 	f.IntVar(&cfg.Rate, "rate", bench.RateDefault, "latency: the writers' total events per second")
 	f.StringVar(&retention, "retention", string(outbox.RetainProcessed), "what the relay does with delivered events: processed, delete, archive, or all")
-	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen, process, or all")
+	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's wait after a claim that came back short")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
-	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's name")
+	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
+}
+
+// benchDatabase parses the database URL: PostgreSQL as every command does
+// (a pool config, its password redacted), SQLite and MySQL/MariaDB with
+// dburl. It connects to nothing.
+func (a *app) benchDatabase() (*dburl.Config, error) {
+	raw, err := a.databaseURL("")
+	if err != nil {
+		return nil, err
+	}
+	if !isSQLURL(raw) {
+		pc, err := a.poolConfig("")
+		if err != nil {
+			return nil, err
+		}
+		return &dburl.Config{Kind: dburl.KindPostgres, Postgres: pc, Redacted: redactDatabaseURL(raw)}, nil
+	}
+	db, err := dburl.Parse(raw)
+	if err != nil {
+		return nil, usagef("invalid --database-url: %w", err)
+	}
+	return db, nil
 }
 
 // benchSink opens the --sink for the bench: nil for discard: (the bench's
@@ -189,13 +231,15 @@ func knownSinkScheme(scheme string) bool {
 	return false
 }
 
-// benchConfigError names the flag behind an invalid bench.Config field.
+// benchConfigError names the flag behind an invalid bench.Config field;
+// any other error is returned as it is.
 func benchConfigError(err error) error {
 	var ce *bench.ConfigError
-	if errors.As(err, &ce) {
-		if name, ok := benchFlagNames[ce.Field]; ok {
-			return usagef("invalid %s: %v", name, ce.Err)
-		}
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if name, ok := benchFlagNames[ce.Field]; ok {
+		return usagef("invalid %s: %v", name, ce.Err)
 	}
 	return &usageError{err: err}
 }
@@ -203,8 +247,8 @@ func benchConfigError(err error) error {
 // writeBenchText writes res as a table per scenario.
 func writeBenchText(w io.Writer, res bench.Result) error {
 	s := res.Settings
-	_, _ = fmt.Fprintf(w, "outbox bench on PostgreSQL %s, %d CPUs: batch %d, %d relay loops, %d writers, payload %d B, poll %gms, sink %s\n",
-		res.Server, res.CPUs, s.BatchSize, s.Workers, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
+	_, _ = fmt.Fprintf(w, "outbox bench on %s %s, %d CPUs: batch %d, %d relay loops, %d writers, payload %d B, poll %gms, sink %s\n",
+		res.DatabaseName(), res.Server, res.CPUs, s.BatchSize, s.Workers, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
 	t := newTable(w, 2)
 	for _, r := range res.Scenarios {
 		title := string(r.Scenario) + "\tretention " + r.Retention
@@ -236,12 +280,7 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		if r.Duplicates > 0 {
 			t.row("  duplicates\t%d\n", r.Duplicates)
 		}
-		b, a := r.Table.Before, r.Table.After
-		t.row("  table\t%s → %s, indexes %s → %s\n", bytesize(b.TotalBytes), bytesize(a.TotalBytes), bytesize(b.IndexBytes), bytesize(a.IndexBytes))
-		if r.Retention == string(outbox.RetainArchive) {
-			t.row("  archive\t%s → %s\n", bytesize(b.ArchiveTotalBytes), bytesize(a.ArchiveTotalBytes))
-		}
-		t.row("  live/dead tuples\t%d/%d → %d/%d\n", b.LiveTuples, b.DeadTuples, a.LiveTuples, a.DeadTuples)
+		writeTableSizes(t, res.Database, r)
 		t.row("  peak RSS\t%s\n", bytesize(r.RSSPeakBytes))
 	}
 	if err := t.flush(); err != nil {
@@ -252,6 +291,27 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		_, _ = fmt.Fprintf(w, "note: %s\n", n)
 	}
 	return nil
+}
+
+// writeTableSizes writes what the database told of the outbox table's
+// storage: on SQLite the whole file's size only.
+func writeTableSizes(t *table, database string, r bench.Report) {
+	b, a := r.Table.Before, r.Table.After
+	sizes := bytesize(b.TotalBytes) + " → " + bytesize(a.TotalBytes)
+	if b.IndexBytes != nil && a.IndexBytes != nil {
+		sizes += ", indexes " + bytesize(*b.IndexBytes) + " → " + bytesize(*a.IndexBytes)
+	}
+	if database == "sqlite" {
+		t.row("  database file\t%s\n", sizes)
+	} else {
+		t.row("  table\t%s\n", sizes)
+	}
+	if r.Retention == string(outbox.RetainArchive) && b.ArchiveTotalBytes != nil && a.ArchiveTotalBytes != nil {
+		t.row("  archive\t%s → %s\n", bytesize(*b.ArchiveTotalBytes), bytesize(*a.ArchiveTotalBytes))
+	}
+	if b.LiveTuples != nil && a.LiveTuples != nil && b.DeadTuples != nil && a.DeadTuples != nil {
+		t.row("  live/dead tuples\t%d/%d → %d/%d\n", *b.LiveTuples, *b.DeadTuples, *a.LiveTuples, *a.DeadTuples)
+	}
 }
 
 // thousands formats v rounded to an integer with thousands separators.
