@@ -2,10 +2,12 @@ package amqpsink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -76,6 +78,13 @@ func connectError(ctx context.Context, err error) error {
 		return fmt.Errorf("the broker refused the login (or dropped the connection during it): check the user and password in the URL: %w", err)
 	case errors.Is(err, amqp.ErrVhost) || errors.As(err, &ae) && ae.Code == amqp.NotAllowed:
 		return fmt.Errorf("the broker refused the vhost: create it or grant the user access: %w", err)
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		return fmt.Errorf("%w (set cacertfile, or Config.TLS, to the CA that signed the broker's certificate, and server_name_indication if the certificate names another host)", err)
+	// A TLS alert, as from a broker that requires a client certificate:
+	// during the handshake, or (TLS 1.3) on the first read after it, where
+	// amqp091 keeps only the error's text.
+	case tlsRefused(err) || errors.As(err, &ae) && ae.Code == amqp.FrameError && strings.HasPrefix(ae.Reason, "remote error: tls:"):
+		return fmt.Errorf("the broker ended the TLS handshake (%s): if it requires a client certificate, set certfile and keyfile (or Config.TLS) to one signed by a CA it trusts", tlsReason(err))
 	case errors.As(err, &ae) && ae.Code == amqp.FrameError:
 		return fmt.Errorf("the connection closed during the handshake (%s): is RabbitMQ up and serving AMQP 0-9-1 on that port?", ae.Reason)
 	}
@@ -84,6 +93,22 @@ func connectError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (is RabbitMQ running and reachable?)", err)
 	}
 	return err
+}
+
+// tlsRefused reports whether the broker ended the TLS handshake with an
+// alert.
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
+}
+
+// tlsReason is the text of the TLS alert of err.
+func tlsReason(err error) string {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		return ae.Reason
+	}
+	return err.Error()
 }
 
 // declareExchange declares the configured exchange on a short-lived channel.

@@ -2,9 +2,11 @@ package kafkasink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,6 +58,10 @@ func (s *Sink) connectError(err error) error {
 		hint = "the brokers refused the credentials: check the user name, password and sasl mechanism"
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		hint = "the brokers do not offer this SASL mechanism: choose another sasl option"
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		hint = "a broker's TLS certificate does not verify: set tls_ca to the CA that signed it (and tls_server_name if the certificate names another host)"
+	case tlsRefused(err):
+		hint = "a broker ended the TLS handshake: if it requires a client certificate, set tls_cert and tls_key to one signed by a CA it trusts"
 	case errors.Is(err, io.EOF) && s.cfg.SASL != "":
 		hint = "a broker closed the connection during the handshake: check the user name, password and sasl mechanism, and whether the brokers expect TLS"
 	case errors.Is(err, io.EOF):
@@ -64,4 +70,11 @@ func (s *Sink) connectError(err error) error {
 		hint = fmt.Sprintf("no broker answered within %v; check that Kafka is running there, reachable from here, and speaks TLS only if the tls option is set", s.cfg.ConnectTimeout)
 	}
 	return fmt.Errorf("kafkasink: cannot reach a broker of %s: %s; %s", s.brokers, s.scrub(err.Error()), hint)
+}
+
+// tlsRefused reports whether a broker ended the TLS handshake with an
+// alert, as one that requires a client certificate does.
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }

@@ -2,9 +2,11 @@ package mqttsink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -154,8 +156,19 @@ func connectError(err error) error {
 		return fmt.Errorf("the broker refused the login (%w): check the user and password in the URL", err)
 	case errors.Is(err, packets.ErrorRefusedIDRejected):
 		return fmt.Errorf("the broker rejected the client ID (%w): set a client ID it accepts", err)
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		return fmt.Errorf("%w (put the CA that signed the broker's certificate in Config.TLS.RootCAs, and set its ServerName if the certificate names another host)", err)
+	case tlsRefused(err):
+		return fmt.Errorf("%w (the broker ended the TLS handshake: if it requires a client certificate, put one signed by a CA it trusts in Config.TLS.Certificates)", err)
 	}
 	return fmt.Errorf("%w (is the MQTT broker running and reachable?)", err)
+}
+
+// tlsRefused reports whether the broker ended the TLS handshake with an
+// alert, as one that requires a client certificate does.
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // String names the sink and its broker, without credentials.

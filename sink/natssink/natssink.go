@@ -2,9 +2,11 @@ package natssink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -125,8 +127,19 @@ func (s *Sink) connectError(err error) error {
 		hint = "the server requires TLS: add ?tls=true to the URL or set Config.TLS"
 	case errors.Is(err, nats.ErrSecureConnWanted):
 		hint = "the server does not offer TLS: drop the tls option"
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		hint = "the server's TLS certificate does not verify: set tls_ca to the CA that signed it (and tls_server_name if the certificate names another host)"
+	case tlsRefused(err) || errors.Is(err, nats.ErrTLS):
+		hint = "the server ended the TLS handshake: if it requires a client certificate, set tls_cert and tls_key to one signed by a CA it trusts"
 	}
 	return fmt.Errorf("natssink: cannot connect to %s: %s; %s", s.servers, s.scrub(err.Error()), hint)
+}
+
+// tlsRefused reports whether the server ended the TLS handshake with an
+// alert, as one that requires a client certificate does.
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // checkJetStream makes sure publishes have a JetStream to go to, and the

@@ -2,8 +2,10 @@ package redissink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -82,10 +84,23 @@ func connectError(ctx context.Context, err error) error {
 	case redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") ||
 		strings.Contains(err.Error(), "AUTH") && redis.HasErrorPrefix(err, "ERR"):
 		return fmt.Errorf("the server refused the login: check the user and password in the URL: %w", err)
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		return fmt.Errorf("%w (put the CA that signed the server's certificate in Config.TLS.RootCAs, and set its ServerName if the certificate names another host)", err)
+	case tlsRefused(err):
+		return fmt.Errorf("%w (the server ended the TLS handshake: if it requires a client certificate, put one signed by a CA it trusts in Config.TLS.Certificates)", err)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%w (the server closed the connection at once: if it serves only TLS, use rediss://)", err)
 	case errors.As(err, &ne):
 		return fmt.Errorf("%w (is Redis running and reachable?)", err)
 	}
 	return err
+}
+
+// tlsRefused reports whether the server ended the TLS handshake with an
+// alert, as one that requires a client certificate does.
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // String names the sink and its server, without credentials.
