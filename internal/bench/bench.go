@@ -164,8 +164,8 @@ type Config struct {
 	// PayloadSize is each event's JSON payload size in bytes. Defaults to
 	// PayloadSizeDefault.
 	PayloadSize int
-	// Duration is how long steady (each of its two phases) and latency
-	// write. Defaults to DurationDefault.
+	// Duration is how long latency and steady's relay phase write (steady's
+	// relay-less phase is two halves of it). Defaults to DurationDefault.
 	Duration time.Duration
 	// Rate is the writers' total events per second in latency. Defaults to
 	// RateDefault.

@@ -11,10 +11,13 @@ import (
 )
 
 // Steady measures what a running relay costs the application: Writers
-// goroutines write flat out for Duration without a relay, the tables are
-// emptied, and they write for Duration again while the relay runs. The
-// report's EventsPerS is the relay's delivery rate in the second phase.
-// Every event committed in the second phase must end up delivered or still
+// goroutines write flat out for Duration/2 without a relay, the tables are
+// emptied, they write for Duration while the relay runs, the tables are
+// emptied again and they write for another Duration/2 without a relay. The
+// two relay-less halves bracket the relay phase, so a machine that speeds up
+// or slows down during the run shifts both sides of the ratio alike. The
+// report's EventsPerS is the relay's delivery rate in the relay phase.
+// Every event committed in the relay phase must end up delivered or still
 // pending, or Steady fails.
 func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
 	rep := Report{Scenario: ScenarioSteady, Retention: string(retention), Wake: wake}
@@ -22,8 +25,9 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		if err := s.createOrders(ctx); err != nil {
 			return err
 		}
-		r.progress("steady (%s, wake %s): %d writers without a relay for %v", retention, wake, r.cfg.Writers, r.cfg.Duration)
-		alone, aloneTime, err := r.writeAlone(ctx, s)
+		half := r.cfg.Duration / 2
+		r.progress("steady (%s, wake %s): %d writers without a relay for %v", retention, wake, r.cfg.Writers, half)
+		alone, aloneTime, err := r.writeAlone(ctx, s, half)
 		if err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
@@ -70,11 +74,20 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 			return err
 		}
 
+		if err := s.truncate(ctx); err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+		r.progress("steady (%s, wake %s): %d writers without a relay for another %v", retention, wake, r.cfg.Writers, half)
+		alone2, aloneTime2, err := r.writeAlone(ctx, s, r.cfg.Duration-half)
+		if err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+
 		_, rep.Duplicates, _ = rec.counts()
 		rep.Events, rep.Seconds = int64(len(commits)), withTime.Seconds()
 		rep.EventsPerS = float64(delivered) / withTime.Seconds()
 		st := &SteadyStats{
-			WriterTPSWithoutRelay: float64(len(alone)) / aloneTime.Seconds(),
+			WriterTPSWithoutRelay: float64(len(alone)+len(alone2)) / (aloneTime + aloneTime2).Seconds(),
 			WriterTPSWithRelay:    float64(len(commits)) / withTime.Seconds(),
 			BacklogMid:            backlogMid,
 			BacklogEnd:            backlogEnd,
@@ -87,10 +100,10 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 	return rep, err
 }
 
-// writeAlone is steady's first phase: the writers without a relay, on
-// connections of their own that are closed afterwards (so their statistics
-// are flushed before the tables are emptied).
-func (r *Runner) writeAlone(ctx context.Context, s scratch) ([]commit, time.Duration, error) {
+// writeAlone runs the writers without a relay for d, on connections of their
+// own that are closed afterwards (so their statistics are flushed before the
+// tables are emptied).
+func (r *Runner) writeAlone(ctx context.Context, s scratch, d time.Duration) ([]commit, time.Duration, error) {
 	p := s.pools()
 	defer p.close(ctx)
 	wpool, err := p.writers(ctx, "outbox-bench-writer-alone:"+s.name(), r.cfg.Writers)
@@ -98,7 +111,7 @@ func (r *Runner) writeAlone(ctx context.Context, s scratch) ([]commit, time.Dura
 		return nil, 0, err
 	}
 	run := writerRun{pool: wpool, payload: r.payload, n: r.cfg.Writers,
-		writer: r.newWriter(s, WakePoll), deadline: time.Now().Add(r.cfg.Duration)}
+		writer: r.newWriter(s, WakePoll), deadline: time.Now().Add(d)}
 	return run.run(ctx)
 }
 

@@ -60,8 +60,9 @@ Scenarios (default: all):
              SQLite; mark it in one statement)
   drain      drain the same backlog with the outbox relay; every drain report
              shows relay/reference from a reference run in the same mode
-  steady     --writers write flat out for --duration without, then with the
-             relay: the relay's cost to writers, and whether the backlog grows
+  steady     --writers write flat out for --duration with the relay, and for
+             half of it before and after without: the relay's cost to
+             writers, and whether the backlog grows
   latency    writers at --rate events/s for --duration: commit→sink-ack
              latency p50/p95/p99/max, and the rate the writers reached
 
