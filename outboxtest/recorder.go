@@ -1,6 +1,16 @@
-// Package outboxtest helps applications test code that uses the outbox: a
-// Recorder sink that keeps what it receives, and helpers that read the
-// events a transaction wrote.
+// Package outboxtest helps applications test code that uses the outbox. It
+// has one type, Recorder: a Sink for a relay under test that keeps every
+// event it accepts, can be told to fail events instead (SetFail), and lets a
+// test wait until enough have arrived (WaitLen).
+//
+//	rec := outboxtest.NewRecorder()
+//	relay, err := outbox.NewRelay(db, outbox.RelayConfig{Sink: rec})
+//	// … start the relay, run the code that writes events …
+//	rec.WaitLen(t, 1, 5*time.Second)
+//	got := rec.Events()[0]
+//
+// To check what a transaction wrote without a relay, read the table with an
+// outbox.Manager (ListEvents, SearchEvents).
 package outboxtest
 
 import (
@@ -12,8 +22,8 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-// Recorder is a Sink that records every event it is given. Set Fail to make
-// it reject events; it is safe for concurrent use.
+// Recorder is a Sink that records every event it accepts: all of them,
+// unless SetFail makes it reject some. It is safe for concurrent use.
 type Recorder struct {
 	mu     sync.Mutex
 	events []outbox.Event
