@@ -8,15 +8,13 @@ export PATH := $(PATH):/usr/local/go/bin
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-6s %s\n", $$1, $$2}'
 
-test: ## the whole suite: PostgreSQL if needed, lint, go test -race ./...
+test: ## the whole suite as CI runs it: services, lint, go test -race ./...
 	./scripts/test
 
-lint: ## gofmt check and go vet (scripts/lint adds golangci-lint)
-	@unformatted="$$(gofmt -l .)"; \
-	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	go vet ./...
+lint: ## gofmt, go vet and golangci-lint, as CI runs them
+	./scripts/lint
 
-bench: ## the benchmarks, on the local PostgreSQL or TEST_DATABASE_URL
+bench: ## the Go benchmarks, on PostgreSQL, MariaDB and SQLite (DEVELOPERS.md)
 	go test -run '^$$' -bench . -benchmem ./...
 
 demo: ## migrate, write, relay to stdout and show counts

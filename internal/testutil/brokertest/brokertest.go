@@ -71,7 +71,7 @@ func (b Broker) URLVia(t testing.TB, addr string) string {
 // where to point the tests; the tests never skip a missing broker.
 func (b Broker) Unreachable(t testing.TB, err error) {
 	t.Helper()
-	t.Fatalf("%s is not reachable at %s (default %s): %v; start it (see DEVELOPERS.md) or set %s", b.Name, b.Env, b.Default, err, b.Env)
+	t.Fatalf("%s is not reachable at %s (default %s): %v; start it (scripts/test starts every service; DEVELOPERS.md has the commands) or set %s", b.Name, b.Env, b.Default, err, b.Env)
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
