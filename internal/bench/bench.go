@@ -177,8 +177,9 @@ type Config struct {
 	// Wakes are the wake-up modes steady and latency run in, one run each.
 	// Defaults to WakePoll. WakeListen needs PostgreSQL.
 	Wakes []Wake
-	// PollInterval is the relay's and the reference loop's wait after a
-	// short claim. Defaults to PollIntervalDefault.
+	// PollInterval is the relay's and the reference loop's wait after an
+	// empty claim (after a short one the relay claims again within 5ms, or
+	// PollInterval when that is shorter). Defaults to PollIntervalDefault.
 	PollInterval time.Duration
 	// Sink receives the events. Defaults to Discard. It must accept every
 	// event: a failed publish ends the scenario with an error.

@@ -50,7 +50,7 @@ type observability struct {
 func (o *observability) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics (and /healthz) at this host:port, such as :9464")
 	f.StringVar(&o.alertWebhook, "alert-webhook", "", "POST dead-lettered events to this URL, at most once per minute with a summary (default $"+EnvAlertWebhook+")")
-	f.BoolVar(&o.otel, "otel", false, "trace each publish with OpenTelemetry, exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say (on by default when $"+EnvOTLPEndpoint+" is set)")
+	f.BoolVar(&o.otel, "otel", false, "trace each publish with OpenTelemetry, exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say (on when $"+EnvOTLPEndpoint+" or $"+EnvOTLPTracesEndpoint+" is set)")
 }
 
 // check validates the flags and registers the secrets they hold; its
