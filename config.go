@@ -71,8 +71,10 @@ type RelayConfig struct {
 	// database claims the next batch while the sink publishes this one.
 	// Defaults to WorkersDefault.
 	Workers int
-	// PollInterval is how long a loop sleeps after a claim came back short.
-	// A full batch is followed by another claim at once. Defaults to
+	// PollInterval is how long a loop sleeps after an empty claim, unless
+	// Relay.Wake (or a NOTIFY, with Listen) ends the sleep. A full batch is
+	// followed by another claim at once, a short one by another claim 5ms
+	// later (or after PollInterval, when that is shorter). Defaults to
 	// PollIntervalDefault.
 	PollInterval time.Duration
 	// Lease is how long a claim holds its events; after it, any relay may

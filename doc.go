@@ -165,9 +165,11 @@
 //
 // # Wake-ups
 //
-// After a full batch a relay claims again at once, and shortly after a short
-// one; after an empty claim it sleeps PollInterval. [Relay.Wake] makes it
-// claim at once, for a writer in the same process. On PostgreSQL,
+// After a full batch a relay claims again at once, and 5ms after a short one
+// (a trailing claim that wake-ups do not cut short, so a busy relay claims
+// every few milliseconds rather than once per commit); after an empty claim
+// it sleeps PollInterval. [Relay.Wake] ends that sleep at once, for a writer
+// in the same process. On PostgreSQL,
 // [RelayConfig.Listen] holds one connection in LISTEN, and writers with
 // [WriterConfig.NotifyInterval] (such as [NotifyIntervalDefault]) send a
 // NOTIFY in their insert statement, at most once per interval, that wakes

@@ -21,6 +21,7 @@ type ConfigError struct {
 	Err   error
 }
 
+// Error returns "invalid <Field>: <Err>".
 func (e *ConfigError) Error() string { return "invalid " + e.Field + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying error.
@@ -34,6 +35,7 @@ type MessageError struct {
 	Err   error
 }
 
+// Error returns "outbox message <Index>: <Field>: <Err>".
 func (e *MessageError) Error() string {
 	return fmt.Sprintf("outbox message %d: %s: %v", e.Index, e.Field, e.Err)
 }

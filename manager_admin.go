@@ -207,9 +207,10 @@ type Sample struct {
 	// Stats has exact Pending, Processing and Failed counts and the lag;
 	// Processed is an estimate, as in EstimateStats.
 	Stats Stats
-	// Inserted is PostgreSQL's running count of rows inserted into the
-	// outbox table (n_tup_ins in pg_stat_user_tables). Only differences
-	// between samples mean anything.
+	// Inserted is the database's running count of rows inserted into the
+	// outbox table: n_tup_ins of pg_stat_user_tables on PostgreSQL, the
+	// table's auto-increment counter (the highest ID ever given) on SQLite
+	// and MySQL. Only differences between samples mean anything.
 	Inserted int64
 }
 
@@ -239,16 +240,19 @@ type Flow struct {
 
 // FlowMeter turns successive samples into flows. Published is derived from
 // counts that are exact: every event written either still waits, or failed,
-// or was delivered, so Published = Written − Δ(pending+processing) − Δfailed,
-// whichever Retention the relays use. Written comes from PostgreSQL's insert
-// counter, which includes rolled-back inserts and reaches the statistics up
-// to about a second after the commit. Where the counter's lag makes an
-// interval's Published negative, the meter reports zero and takes the
-// difference from the next intervals, so the flows of a series add up to
-// the true total once the counter catches up. Retries and discards do not
-// change Published; a replayed event's second delivery is not counted, and
-// purging failed events counts them as published. A counter reset
-// (pg_stat_reset) gives an interval with no flow.
+// or was delivered, so Published = Written − Δ(pending+processing) −
+// Δfailed, whichever Retention the relays use. Written comes from
+// Sample.Inserted. PostgreSQL's counter includes rolled-back inserts and
+// reaches the statistics up to about a second after the commit; MySQL's
+// auto-increment counter also counts rolled-back inserts, and MySQL 8 (not
+// MariaDB) serves it from a cache that information_schema_stats_expiry keeps
+// for up to a day by default (set it to 0 for live rates). Where the
+// counter's lag makes an interval's Published negative, the meter reports
+// zero and takes the difference from the next intervals, so the flows of a
+// series add up to the true total once the counter catches up. Retries and
+// discards do not change Published; a replayed event's second delivery is
+// not counted, and purging failed events counts them as published. A counter
+// reset (pg_stat_reset) gives an interval with no flow.
 //
 // The zero FlowMeter is ready to use; it is not safe for concurrent use.
 type FlowMeter struct {
