@@ -43,7 +43,8 @@ type Sample struct {
 	// Processed is the planner's estimate.
 	Stats Stats
 	// Inserted is the database's running count of rows inserted into the
-	// table (pg_stat_user_tables.n_tup_ins).
+	// table: pg_stat_user_tables.n_tup_ins on PostgreSQL, the auto-increment
+	// counter on SQLite and MySQL.
 	Inserted int64
 }
 

@@ -1,7 +1,18 @@
 // Package driver is the storage seam between the outbox engine and a
-// database. The relay, the writer and the operator commands speak only to the
-// interfaces here; each database (PostgreSQL first) implements them in its
-// own package, and all SQL lives in those packages.
+// database. The relay, the Manager (and so the CLI and the admin API) and
+// the migrator speak only to Driver, and to Listener where a database can
+// push wake-ups. Three drivers implement it, and the SQL of the outbox
+// lives in them (only internal/bench keeps a hand-written loop of its own,
+// as a yardstick):
+//
+//   - pgdriver: PostgreSQL on pgx v5, with LISTEN/NOTIFY (Listener);
+//   - sqldriver with the dialect sqlitedriver: SQLite through database/sql;
+//   - sqldriver with the dialect mysqldriver: MySQL 8 and MariaDB 10.6+
+//     through database/sql.
+//
+// The writer runs in the caller's transaction, not on a Driver: it takes
+// its insert statement from the driver package of its dialect. Every driver
+// passes the conformance suite in drivertest.
 package driver
 
 import (
