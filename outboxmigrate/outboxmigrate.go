@@ -1,6 +1,8 @@
-// Package outboxmigrate creates and upgrades the outbox schema. Migrations
-// are embedded in the binary, numbered, and recorded in outbox_migrations in
-// the same schema; Migrate applies the missing ones and is safe to run from
+// Package outboxmigrate creates and upgrades the outbox schema on
+// PostgreSQL, SQLite and MySQL/MariaDB. Migrations are embedded in the
+// binary, numbered, written for each database, and recorded in the
+// outbox_migrations table (version, name, applied_at) next to
+// outbox_events; Migrate applies the missing ones and is safe to run from
 // several processes at once. Teams that manage schema changes with goose,
 // atlas or golang-migrate vendor the output of SQL instead.
 package outboxmigrate
@@ -20,8 +22,10 @@ type Config struct {
 
 // Migration is one numbered schema change.
 type Migration struct {
+	// Version is the migration's number: 1 for the first.
 	Version int
-	Name    string
+	// Name is what it does, such as create_outbox_events.
+	Name string
 }
 
 // Result reports a Migrate call.
@@ -33,9 +37,21 @@ type Result struct {
 	Version int
 }
 
-// Migrate creates the schema if needed and applies the migrations it lacks,
-// in one transaction under a PostgreSQL advisory lock: concurrent callers
-// wait, then find nothing left to do.
+// Migrate applies the migrations cfg.Schema lacks and reports them, under a
+// lock that makes concurrent callers wait, then find nothing left to do:
+//
+//   - PostgreSQL: it creates the schema if needed and takes a session
+//     advisory lock per schema, then applies every missing migration in one
+//     transaction.
+//   - SQLite: one BEGIN IMMEDIATE transaction, whose write lock is the lock.
+//     The schema is an attached database ("public" means "main").
+//   - MySQL/MariaDB: it creates the database the schema names if needed
+//     ("public" means the connection's) and holds a named lock (GET_LOCK)
+//     per database, waiting up to 5 minutes for another migrator. MySQL
+//     commits each DDL statement at once, so each migration is its own
+//     step: one that fails half way is not recorded, and what it created
+//     must be dropped by hand before the next run (the error names the
+//     migration).
 func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error) {
 	drv := db.Driver(cfg.Schema)
 	applied, err := drv.Migrate(ctx)
@@ -53,7 +69,8 @@ func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error
 	return res, nil
 }
 
-// SQL returns every migration for cfg.Schema as one script, ready to vendor.
+// SQL returns every migration for cfg.Schema as one script in the SQL of
+// db's database, ready to vendor.
 func SQL(db outbox.Database, cfg Config) string { return db.Driver(cfg.Schema).MigrationSQL() }
 
 // Version returns the highest migration applied to cfg.Schema, 0 when none.
