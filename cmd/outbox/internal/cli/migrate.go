@@ -15,8 +15,11 @@ func (a *app) migrateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox table in --schema",
-		Long: `migrate applies the outbox migrations that --schema lacks, in one transaction
-under a lock, so running it from several processes at once is safe.
+		Long: `migrate applies the outbox migrations that --schema lacks under a lock, so
+running it from several processes at once is safe: in one transaction on
+PostgreSQL (creating the schema if needed) and SQLite; on MySQL/MariaDB, which
+commits each DDL statement, one step per migration (creating the database the
+schema names if needed). outbox_migrations records what was applied.
 
 With --print it prints the migrations as one SQL script instead, without
 connecting, in the SQL of the database --database-url names (PostgreSQL when

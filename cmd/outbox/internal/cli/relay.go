@@ -55,8 +55,11 @@ func (a *app) relayCommand() *cobra.Command {
 		Use:   "relay --sink URL",
 		Short: "Publish pending events to a sink until stopped",
 		Long: `relay claims due pending events in batches under a lease, publishes them to
-the sink and marks them processed; failed publishes are retried with
-exponential backoff and dead-lettered (status failed) after --max-attempts.
+the sink and marks them delivered (kept as processed, deleted or archived, as
+--retention says); failed publishes are retried with exponential backoff and
+dead-lettered (status failed) after --max-attempts. After a short batch it
+claims again 5ms later; after an empty one it waits --poll-interval, or, with
+--listen on PostgreSQL, until a writer's NOTIFY.
 Any number of relays may serve one table; relays with disjoint --event-types
 serve different sinks from one table.
 
@@ -78,8 +81,9 @@ command line wins over an environment variable, which wins over the file.
 
 It runs until SIGINT or SIGTERM, then stops claiming, lets in-flight batches
 finish (events still publishing after --shutdown-timeout are released to
-pending without spending an attempt) and exits 0. Its connections show in pg_stat_activity as
-application_name outbox-relay:<relay-id>.`,
+pending without spending an attempt) and exits 0. On PostgreSQL its
+connections show in pg_stat_activity as application_name
+outbox-relay:<relay-id>.`,
 		Example: `  outbox relay --sink stdout:
   outbox relay --sink https://example.com/hooks/outbox --webhook-secret "$SECRET"
   outbox relay --sink 'nats://127.0.0.1:4222?stream=ORDERS' --route 'orders.{event_type}' --event-types 'order.*'
@@ -93,7 +97,7 @@ application_name outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.sinkURL, "sink", "", "where to publish: stdout:, http(s)://…, nats://…, kafka://…, amqp(s)://…, redis(s)://… or mqtt(s)://… (default $"+EnvSinkURL+")")
 	f.IntVar(&rf.cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
 	f.IntVar(&rf.cfg.Workers, "workers", outbox.WorkersDefault, "claim-publish-mark loops running at once")
-	f.DurationVar(&rf.cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after a claim that came back short")
+	f.DurationVar(&rf.cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after an empty claim")
 	f.DurationVar(&rf.cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
 	f.DurationVar(&rf.cfg.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "bound on one publish, shorter than --lease; unset, half the lease when that is shorter")
 	f.IntVar(&rf.cfg.MaxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed publishes before an event is dead-lettered (status failed)")
