@@ -17,8 +17,8 @@ func (a *app) purgeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "purge --older-than DURATION",
 		Short: "Delete processed (or failed) events older than a duration",
-		Long: `purge deletes finished events in batches, each its own short statement, so it
-never holds many locks. Processed events are aged by processed_at, failed
+		Long: `purge deletes finished events in batches, each in its own short transaction,
+so it never holds many locks. Processed events are aged by processed_at, failed
 ones by their last update.
 
 DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
@@ -59,7 +59,7 @@ DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&olderThan, "older-than", "", "delete events finished longer ago than this, such as 7d or 36h (required)")
-	f.StringVar(&status, "status", string(outbox.StatusProcessed), "which events to delete: processed or failed")
-	f.IntVar(&batchSize, "batch-size", outbox.PurgeBatchSizeDefault, "rows deleted per statement")
+	f.StringVar(&status, "status", string(outbox.StatusProcessed), "which events to delete: processed (also in outbox_events_archive) or failed")
+	f.IntVar(&batchSize, "batch-size", outbox.PurgeBatchSizeDefault, "rows deleted per batch")
 	return cmd
 }
