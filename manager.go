@@ -66,8 +66,10 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 
 // EstimateStats is Stats without scanning the history: pending, processing
 // and failed are exact, Processed is the database's estimate of the
-// processed rows (from the planner statistics, refreshed by autovacuum and
-// ANALYZE). Use it where Stats runs often, such as on metrics scrapes.
+// processed rows (PostgreSQL's planner statistics, refreshed by autovacuum
+// and ANALYZE; InnoDB's row estimate on MySQL; on SQLite a count of the
+// table, cheap at the sizes SQLite serves). Use it where Stats runs often,
+// such as on metrics scrapes.
 func (m *Manager) EstimateStats(ctx context.Context) (Stats, error) {
 	s, err := m.drv.EstimateStats(ctx)
 	if err != nil {
