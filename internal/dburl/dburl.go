@@ -64,6 +64,9 @@ type Options struct {
 	// application_name outbox-relay:<RelayID>.
 	RelayID string
 	// MaxConns bounds the pool's connections; 0 keeps the driver's default.
+	// A database/sql pool (SQLite, MySQL) also keeps that many idle, so a
+	// relay's workers do not reconnect between batches (database/sql
+	// keeps two by default).
 	MaxConns int
 	// ConnectTimeout bounds the first connection and its check. Defaults to
 	// ConnectTimeoutDefault.
@@ -274,9 +277,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (outbox.Database, io
 			}
 			return nil, nil, "", fmt.Errorf("open %s: %w", c.Redacted, err)
 		}
-		if opts.MaxConns > 0 {
-			db.SetMaxOpenConns(opts.MaxConns)
-		}
+		setPoolSize(db, opts.MaxConns)
 		return outbox.SQLite(db), db, KindSQLite, nil
 	default:
 		conn, err := mysql.NewConnector(c.MySQL)
@@ -284,9 +285,8 @@ func Open(ctx context.Context, rawURL string, opts Options) (outbox.Database, io
 			return nil, nil, "", fmt.Errorf("connect to %s: %w", c.Redacted, err)
 		}
 		db := sql.OpenDB(conn)
-		if opts.MaxConns > 0 {
-			db.SetMaxOpenConns(opts.MaxConns)
-		}
+		setPoolSize(db, opts.MaxConns)
+		db.SetConnMaxLifetime(MySQLConnMaxLifetime)
 		var version string
 		if err := db.QueryRowContext(pingCtx, `SELECT VERSION()`).Scan(&version); err != nil {
 			_ = db.Close()
@@ -297,6 +297,23 @@ func Open(ctx context.Context, rawURL string, opts Options) (outbox.Database, io
 			kind = KindMariaDB
 		}
 		return outbox.MySQL(db), db, kind, nil
+	}
+}
+
+// MySQLConnMaxLifetime is how long a MySQL connection is used before it is
+// closed and replaced: shorter than the server's wait_timeout (8 hours by
+// default) and than the idle timeouts of the proxies and load balancers in
+// front of many servers (often 5 minutes), which would otherwise close an
+// idle connection under the pool; go-sql-driver/mysql recommends a few
+// minutes.
+const MySQLConnMaxLifetime = 3 * time.Minute
+
+// setPoolSize bounds a database/sql pool to n connections and keeps as
+// many idle; n of 0 keeps database/sql's defaults.
+func setPoolSize(db *sql.DB, n int) {
+	if n > 0 {
+		db.SetMaxOpenConns(n)
+		db.SetMaxIdleConns(n)
 	}
 }
 

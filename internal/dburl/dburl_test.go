@@ -146,6 +146,23 @@ func TestOpenMariaDB(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Applied)
 
+	// All MaxConns connections stay open when idle: a relay's workers do
+	// not reconnect between batches.
+	sdb := closer.(*sql.DB)
+	var conns []*sql.Conn
+	for range 4 {
+		c, err := sdb.Conn(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+	stats := sdb.Stats()
+	require.Equal(t, 4, stats.MaxOpenConnections)
+	require.Equal(t, 4, stats.Idle)
+	require.Zero(t, stats.MaxIdleClosed)
+
 	_, _, _, err = dburl.Open(ctx, "mysql://root:wr0ngpass@127.0.0.1:3306/"+name, dburl.Options{})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "wr0ngpass")

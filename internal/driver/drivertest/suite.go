@@ -31,6 +31,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimFiltersEventTypes", testClaimFiltersEventTypes},
 		{"ClaimSkipsLockedRows", testClaimSkipsLocked},
 		{"ConcurrentClaimsAreDisjoint", testConcurrentClaims},
+		{"ConcurrentLoopsAndWritersNeverFail", testConcurrentLoops},
 		{"MarksAreFencedByLease", testFencing},
 		{"MarkFailedBacksOffByDatabaseClock", testBackoff},
 		{"DeadLetterAtMaxAttempts", testDeadLetterAtMaxAttempts},

@@ -108,14 +108,40 @@ func (Dialect) ForUpdate() string { return " FOR UPDATE" }
 // transaction holds.
 func (Dialect) ForUpdateSkipLocked() string { return " FOR UPDATE SKIP LOCKED" }
 
-// ByID makes a select by an ID list read the primary key only, so it locks
-// the listed rows and never waits on others.
-func (Dialect) ByID() string { return " FORCE INDEX (PRIMARY)" }
+// ByID makes a statement by an ID list look each ID up in the primary key,
+// so it locks the listed rows only, in ascending ID order (the order the
+// range optimizer visits an IN list in), and never waits on others. Without
+// it the optimizer scans the whole table once the IN list is a fair part of
+// a small table (a drained outbox), or the status index when the statement
+// also tests status (a mark's fence): that locked the rows other relays had
+// claimed, and two relays' claims and marks deadlocked (error 1213).
+func (Dialect) ByID() string { return byID }
+
+const byID = " FORCE INDEX (PRIMARY)"
+
+// DeleteByID is the multiple-table form of DELETE, the only one that takes
+// an index hint.
+func (Dialect) DeleteByID(table string) string { return "DELETE " + table + " FROM " + table + byID }
+
+// Index forces the named index.
+func (Dialect) Index(name string) string { return " FORCE INDEX (" + quote(name) + ")" }
 
 // Begin starts a READ COMMITTED transaction: its locking reads take record
-// locks only, no gap locks that would block writers' inserts.
+// locks only, no gap locks that would block writers' inserts or other
+// relays' claims, and an UPDATE passes over rows another transaction holds
+// that it would not change (a semi-consistent read). Every statement of the
+// relay that changes rows runs in one, the single-statement marks too: on
+// their own they would run at the session's level, REPEATABLE READ unless
+// the application chose otherwise.
 func (Dialect) Begin(ctx context.Context, db *sql.DB) (sqldriver.Tx, error) {
 	return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+}
+
+// Transient reports a deadlock victim (1213), whose transaction InnoDB rolled
+// back, and a lock wait timeout (1205), after which the driver rolls back.
+func (Dialect) Transient(err error) bool {
+	n := ErrorNumber(err)
+	return n == erLockDeadlock || n == erLockWaitTimeout
 }
 
 // schemaArg binds the schema for information_schema lookups: NULL means the
@@ -150,8 +176,10 @@ WHERE TABLE_SCHEMA = coalesce(?, DATABASE()) AND TABLE_NAME = 'outbox_events'`, 
 
 // MySQL error numbers the driver tells apart.
 const (
-	erBadDB       = 1049 // unknown database
-	erNoSuchTable = 1146
+	erBadDB           = 1049 // unknown database
+	erNoSuchTable     = 1146
+	erLockWaitTimeout = 1205
+	erLockDeadlock    = 1213
 )
 
 // IsNoTable reports a missing table or database.

@@ -142,7 +142,7 @@ WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`+d.d.ForUpdate()
 		if err != nil || len(changed) == 0 {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'failed', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`
 WHERE id IN (`+placeholders(len(changed))+`)`, append([]any{reason}, int64Args(changed)...)...)
 		return err

@@ -91,7 +91,7 @@ func (d *Driver) requeueSelected(ctx context.Context, sel string, args ...any) (
 		if ids, err = queryIDs(ctx, tx, sel, args...); err != nil || len(ids) == 0 {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+` `+d.requeueSet()+`
+		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+` `+d.requeueSet()+`
 WHERE id IN (`+placeholders(len(ids))+`)`, int64Args(ids)...)
 		return err
 	})
@@ -149,7 +149,7 @@ func (d *Driver) PurgeBatch(ctx context.Context, p driver.PurgeParams) (int64, e
 	default:
 		return 0, errors.New("purge deletes processed or failed events only")
 	}
-	return d.deleteSelected(ctx, d.table, `SELECT id FROM `+d.table+`
+	return d.deleteSelected(ctx, d.table, `status = '`+p.Status+`'`, `SELECT id FROM `+d.table+`
 WHERE status = '`+p.Status+`' AND `+ts+` < `+d.d.NowPlusMillis()+`
 ORDER BY id
 LIMIT ?`+d.d.ForUpdateSkipLocked(), -p.OlderThan.Milliseconds(), p.BatchSize)
@@ -158,7 +158,7 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), -p.OlderThan.Milliseconds(), p.BatchSize)
 // PurgeArchiveBatch deletes one batch of archived events processed more
 // than olderThan ago.
 func (d *Driver) PurgeArchiveBatch(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
-	return d.deleteSelected(ctx, d.archive, `SELECT id FROM `+d.archive+`
+	return d.deleteSelected(ctx, d.archive, `processed_at IS NOT NULL`, `SELECT id FROM `+d.archive+`
 WHERE processed_at < `+d.d.NowPlusMillis()+`
 ORDER BY processed_at
 LIMIT ?`+d.d.ForUpdateSkipLocked(), -olderThan.Milliseconds(), batchSize)
@@ -166,15 +166,16 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), -olderThan.Milliseconds(), batchSize)
 
 // deleteSelected deletes from table the IDs sel returns, in one
 // transaction: MySQL cannot delete with a LIMIT-ed subquery on the same
-// table.
-func (d *Driver) deleteSelected(ctx context.Context, table, sel string, args ...any) (int64, error) {
+// table. The delete also tests cond, a condition the selected rows meet
+// on a column outside the primary key (see Dialect.ByID).
+func (d *Driver) deleteSelected(ctx context.Context, table, cond, sel string, args ...any) (int64, error) {
 	var n int64
 	err := d.inTx(ctx, func(tx Tx) error {
 		ids, err := queryIDs(ctx, tx, sel, args...)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE id IN (`+placeholders(len(ids))+`)`, int64Args(ids)...)
+		res, err := tx.ExecContext(ctx, d.d.DeleteByID(table)+` WHERE id IN (`+placeholders(len(ids))+`) AND `+cond, int64Args(ids)...)
 		if err != nil {
 			return err
 		}

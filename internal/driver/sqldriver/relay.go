@@ -26,10 +26,14 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 			filter = "\n  AND " + cond
 		}
 		// Served by outbox_events_pending_idx: (available_at, id) among
-		// pending rows on SQLite, (status, available_at, id) on MySQL.
+		// pending rows on SQLite, (status, available_at, id) on MySQL,
+		// where the index is forced: read in its order, the select stops
+		// at the limit, whereas a table scan and a sort would lock every
+		// due row it met until the claim commits, and other relays would
+		// skip them all.
 		var now Time
 		events, err := queryEventsWith(ctx, tx, p.BatchSize, &now, `SELECT `+d.cols+`, `+d.d.Now()+`
-FROM `+d.table+`
+FROM `+d.table+d.d.Index("outbox_events_pending_idx")+`
 WHERE status = 'pending' AND available_at <= `+d.d.Now()+filter+`
 ORDER BY available_at, id
 LIMIT ?`+d.d.ForUpdateSkipLocked(), append(args, p.BatchSize)...)
@@ -48,9 +52,9 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), append(args, p.BatchSize)...)
 			ids[i] = events[i].ID
 		}
 		upd := append([]any{p.RelayID, d.d.FormatTime(lockedUntil), d.d.FormatTime(now.Time)}, int64Args(ids)...)
-		if _, err := tx.ExecContext(ctx, `UPDATE `+d.table+`
+		if _, err := tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'processing', locked_by = ?, locked_until = ?, updated_at = ?
-WHERE id IN (`+placeholders(len(ids))+`)`, upd...); err != nil {
+WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`, upd...); err != nil {
 			return err
 		}
 		for i := range events {
@@ -72,37 +76,32 @@ func (d *Driver) parseStored(s string) (time.Time, error) {
 }
 
 // fence is the WHERE clause a mark needs: the IDs, still processing, under
-// the same lease.
+// the same lease. The IDs are looked up by primary key (Dialect.ByID and
+// DeleteByID): the status and lease columns only filter.
 func (d *Driver) fence(f driver.Fence, ids []int64) (string, []any) {
 	args := append(int64Args(ids), f.RelayID, d.d.FormatTime(f.LockedUntil))
 	return `id IN (` + placeholders(len(ids)) + `) AND status = 'processing' AND locked_by = ? AND locked_until = ?`, args
 }
 
 // MarkProcessed marks published events processed, or deletes or archives
-// them, if they still hold the fence.
+// them, if they still hold the fence. Each mark is a transaction of its
+// own (Dialect.Begin).
 func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64, retention driver.Retention) (int64, error) {
 	where, args := d.fence(f, ids)
 	switch retention {
 	case driver.RetainDelete:
-		res, err := d.db.ExecContext(ctx, `DELETE FROM `+d.table+` WHERE `+where, args...)
-		if err != nil {
-			return 0, d.wrap(err)
-		}
-		return res.RowsAffected()
+		return d.exec(ctx, d.d.DeleteByID(d.table)+` WHERE `+where, args...)
 	case driver.RetainArchive:
 		return d.archiveFenced(ctx, where, args)
 	}
-	res, err := d.db.ExecContext(ctx, `UPDATE `+d.table+`
+	return d.exec(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'processed', processed_at = `+d.d.Now()+`, updated_at = `+d.d.Now()+`, locked_until = NULL
 WHERE `+where, args...)
-	if err != nil {
-		return 0, d.wrap(err)
-	}
-	return res.RowsAffected()
 }
 
 // archiveFenced moves the fenced rows to the archive table: it locks them
-// first, so the copy and the delete see the same rows.
+// first, so the copy and the delete see the same rows (the delete tests the
+// fence again, which keeps it to the primary key; see Dialect.ByID).
 func (d *Driver) archiveFenced(ctx context.Context, where string, args []any) (int64, error) {
 	var n int64
 	err := d.inTx(ctx, func(tx Tx) error {
@@ -115,10 +114,10 @@ func (d *Driver) archiveFenced(ctx context.Context, where string, args []any) (i
     attempts, max_attempts, last_error, available_at, locked_by, created_at`
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+d.archive+` (`+cols+`, status, updated_at, processed_at)
 SELECT `+cols+`, 'processed', `+d.d.Now()+`, `+d.d.Now()+`
-FROM `+d.table+` WHERE id IN (`+in+`)`, int64Args(ids)...); err != nil {
+FROM `+d.table+d.d.ByID()+` WHERE id IN (`+in+`)`, int64Args(ids)...); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM `+d.table+` WHERE id IN (`+in+`)`, int64Args(ids)...)
+		res, err := tx.ExecContext(ctx, d.d.DeleteByID(d.table)+` WHERE `+where, args...)
 		if err != nil {
 			return err
 		}
@@ -155,12 +154,12 @@ func (d *Driver) MarkFailed(ctx context.Context, f driver.Fence, maxAttempts int
 				// The attempts assignment comes last: MySQL evaluates SET
 				// left to right, with later expressions seeing earlier
 				// assignments.
-				_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+				_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'failed', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`, attempts = attempts + 1
 WHERE id = ?`, fl.Error, fl.ID)
 				res.Dead = append(res.Dead, fl.ID)
 			} else {
-				_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+				_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'pending', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`,
     available_at = `+d.d.NowPlusMillis()+`, attempts = attempts + 1
 WHERE id = ?`, fl.Error, fl.Delay.Milliseconds(), fl.ID)
@@ -209,13 +208,9 @@ func (d *Driver) held(ctx context.Context, tx Tx, where string, args []any, maxA
 // Release returns events to pending without spending an attempt.
 func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
 	where, args := d.fence(f, ids)
-	res, err := d.db.ExecContext(ctx, `UPDATE `+d.table+`
+	return d.exec(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`
 WHERE `+where, args...)
-	if err != nil {
-		return 0, d.wrap(err)
-	}
-	return res.RowsAffected()
 }
 
 // RescueExpired returns up to limit events whose lease expired to pending.
@@ -225,17 +220,17 @@ func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) 
 	var ids []int64
 	err := d.inTx(ctx, func(tx Tx) error {
 		var err error
-		ids, err = queryIDs(ctx, tx, `SELECT id FROM `+d.table+`
+		ids, err = queryIDs(ctx, tx, `SELECT id FROM `+d.table+d.d.Index("outbox_events_processing_idx")+`
 WHERE status = 'processing' AND locked_until < `+d.d.Now()+`
 ORDER BY locked_until
 LIMIT ?`+d.d.ForUpdateSkipLocked(), limit)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+`
+		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
 SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`,
     last_error = `+d.d.Concat("'lease expired while held by relay '", "coalesce(locked_by, 'unknown')")+`
-WHERE id IN (`+placeholders(len(ids))+`)`, int64Args(ids)...)
+WHERE id IN (`+placeholders(len(ids))+`) AND status = 'processing'`, int64Args(ids)...)
 		return err
 	})
 	if err != nil {

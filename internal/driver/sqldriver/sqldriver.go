@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
@@ -62,12 +63,28 @@ type Dialect interface {
 	// writers (SQLite).
 	ForUpdate() string
 	ForUpdateSkipLocked() string
-	// ByID follows the table in a locking select by an ID list: MySQL's
-	// optimizer may pick a full index scan on a small table, which would
-	// lock (or wait on) every row it reads.
+	// ByID follows the table in every statement that reads or changes
+	// rows by an ID list (locking selects, UPDATE, INSERT … SELECT):
+	// MySQL's optimizer may pick a scan of the whole (small) table or of a
+	// status index instead, which would lock, or wait on, every row it
+	// reads, rows other relays hold among them. A locking select or a
+	// DELETE by IDs must also test a column outside the key (the fence's
+	// status, say): one that reads the key alone may still be run as a
+	// scan of the whole key, which the hint allows.
 	ByID() string
+	// DeleteByID is the head of a DELETE of table's rows by an ID list,
+	// held to the primary key as ByID holds the other statements.
+	DeleteByID(table string) string
+	// Index follows the table in a locking select that must read the named
+	// index in its order, so that it stops at its LIMIT and locks no row
+	// it does not return.
+	Index(name string) string
 	// Begin starts a short write transaction.
 	Begin(ctx context.Context, db *sql.DB) (Tx, error)
+	// Transient reports an error after which the transaction, once rolled
+	// back, can be run again at once: a deadlock victim, a lock wait
+	// timeout. Nothing it did stays.
+	Transient(err error) bool
 	// TableExists reports whether table exists in schema.
 	TableExists(ctx context.Context, q Querier, schema, table string) (bool, error)
 	// EstimateRows returns the database's estimate of the table's rows.
@@ -102,6 +119,7 @@ type Driver struct {
 	table   string // quoted outbox_events
 	archive string // quoted outbox_events_archive
 	cols    string // eventColumns("")
+	retried atomic.Int64
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -121,6 +139,10 @@ func (d *Driver) Table() string { return d.table }
 
 // Dialect is the driver's dialect.
 func (d *Driver) Dialect() Dialect { return d.d }
+
+// Retried counts the transactions this driver ran again after a transient
+// error (Dialect.Transient), for tests and diagnostics.
+func (d *Driver) Retried() int64 { return d.retried.Load() }
 
 // Ping checks the connection and that the table exists.
 func (d *Driver) Ping(ctx context.Context) error {
@@ -177,17 +199,52 @@ func WrapError(d Dialect, err error) error {
 	return err
 }
 
-// inTx runs fn in a short write transaction and commits it.
+// transientTries bounds how often a transaction that the database rolled
+// back as a deadlock victim or after a lock wait timeout is run: the
+// relay's statements take their locks in primary-key order and should not
+// meet such errors at all, so a retry here only smooths over a rare one
+// (another application's transaction, say) without a warning and a
+// backoff in the relay.
+const transientTries = 3
+
+// inTx runs fn in a short write transaction and commits it. A transaction
+// that fn failed with a transient error is rolled back and run again, up
+// to transientTries times in all; fn must therefore set its results anew
+// on each run. An error from the commit itself is never retried: the
+// commit may have happened.
 func (d *Driver) inTx(ctx context.Context, fn func(tx Tx) error) error {
-	tx, err := d.d.Begin(ctx, d.db)
-	if err != nil {
-		return d.wrap(err)
+	for try := 1; ; try++ {
+		tx, err := d.d.Begin(ctx, d.db)
+		if err != nil {
+			return d.wrap(err)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			if try < transientTries && d.d.Transient(err) && ctx.Err() == nil {
+				d.retried.Add(1)
+				continue
+			}
+			return d.wrap(err)
+		}
+		return d.wrap(tx.Commit())
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return d.wrap(err)
-	}
-	return d.wrap(tx.Commit())
+}
+
+// exec runs one statement that changes rows in a transaction of its own
+// from Begin, and returns how many rows it changed. On MySQL an autocommit
+// statement would run at the session's isolation level, REPEATABLE READ by
+// default, whose next-key locks would reach past the statement's own rows.
+func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	err := d.inTx(ctx, func(tx Tx) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }
 
 // ConnTx is a transaction begun with a statement (BEGIN IMMEDIATE) on a

@@ -119,6 +119,16 @@ func (Dialect) ForUpdateSkipLocked() string { return "" }
 // ByID is empty: SQLite takes no row locks.
 func (Dialect) ByID() string { return "" }
 
+// DeleteByID is a plain DELETE, for the same reason.
+func (Dialect) DeleteByID(table string) string { return "DELETE FROM " + table }
+
+// Index is empty: the planner's choice locks nothing.
+func (Dialect) Index(string) string { return "" }
+
+// Transient is false: a busy database is waited out by busy_timeout, and
+// BEGIN IMMEDIATE leaves no deadlock to retry.
+func (Dialect) Transient(error) bool { return false }
+
 // Begin starts a BEGIN IMMEDIATE transaction on a connection of its own.
 func (Dialect) Begin(ctx context.Context, db *sql.DB) (sqldriver.Tx, error) {
 	return sqldriver.BeginConn(ctx, db, "BEGIN IMMEDIATE")
