@@ -2,8 +2,6 @@ package sinkurl
 
 import (
 	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -65,62 +63,4 @@ func TestOptionsErrors(t *testing.T) {
 	}
 	_, err := options(t, "r=%7Bnope%7D").Route("r")
 	configtest.RequireError(t, err, "URL option r", "unknown placeholder")
-}
-
-func TestTLS(t *testing.T) {
-	t.Parallel()
-	certFile, keyFile := configtest.WriteCert(t)
-	for query, check := range map[string]func(t *testing.T, o *Options){
-		"": func(t *testing.T, o *Options) {
-			c, err := TLS(o)
-			require.NoError(t, err)
-			require.Nil(t, c)
-		},
-		"tls=false": func(t *testing.T, o *Options) {
-			c, err := TLS(o)
-			require.NoError(t, err)
-			require.Nil(t, c)
-		},
-		"tls=true&tls_server_name=broker.example.com": func(t *testing.T, o *Options) {
-			c, err := TLS(o)
-			require.NoError(t, err)
-			require.Equal(t, "broker.example.com", c.ServerName)
-			require.Nil(t, c.RootCAs, "the system pool")
-			require.Empty(t, c.Certificates)
-		},
-		"tls_ca=" + certFile + "&tls_cert=" + certFile + "&tls_key=" + keyFile: func(t *testing.T, o *Options) {
-			c, err := TLS(o)
-			require.NoError(t, err)
-			require.NotNil(t, c, "tls_ options imply TLS")
-			require.NotNil(t, c.RootCAs)
-			require.Len(t, c.Certificates, 1)
-		},
-	} {
-		t.Run(query, func(t *testing.T) {
-			t.Parallel()
-			check(t, options(t, query))
-		})
-	}
-}
-
-func TestTLSErrors(t *testing.T) {
-	t.Parallel()
-	empty := filepath.Join(t.TempDir(), "empty.pem")
-	require.NoError(t, os.WriteFile(empty, []byte("not a certificate"), 0o600))
-	for _, tc := range []struct{ query, field, text string }{
-		{"tls=yes", "URL option tls", `is "yes": use true or false`},
-		{"tls=false&tls_ca=/x", "URL option tls", "is false but other tls_ options are set: drop tls=false"},
-		{"tls_ca=/nonexistent/ca.pem", "URL option tls_ca", "cannot read the CA file"},
-		{"tls_ca=" + empty, "URL option tls_ca", "holds no PEM certificate"},
-		{"tls_cert=/x.pem", "URL option tls_cert", "and tls_key go together"},
-		{"tls_key=/x.pem", "URL option tls_cert", "and tls_key go together"},
-		{"tls_cert=/x.pem&tls_key=/y.pem", "URL option tls_cert", "cannot load the client certificate and key"},
-	} {
-		t.Run(tc.query, func(t *testing.T) {
-			t.Parallel()
-			c, err := TLS(options(t, tc.query))
-			require.Nil(t, c)
-			configtest.RequireError(t, err, tc.field, tc.text)
-		})
-	}
 }

@@ -51,8 +51,10 @@ type Config struct {
 	// Source is the CloudEvents source attribute, a URI reference naming
 	// this outbox. Defaults to SourceDefault.
 	Source string
-	// TLS configures mqtts connections. Defaults to the system roots and
-	// the URL's host as server name.
+	// TLS configures mqtts connections: a private CA in RootCAs, a client
+	// certificate in Certificates. Defaults to the system roots and the
+	// URL's host as server name. ConfigFromURL sets it from the tls_
+	// options. A plain mqtt:// URL ignores it.
 	TLS *tls.Config
 	// DialTimeout bounds connecting: TCP, TLS and the MQTT CONNECT
 	// handshake. Defaults to DialTimeoutDefault.
@@ -95,7 +97,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // sinkParams are the URL query parameters ConfigFromURL moves into Config.
-var sinkParams = []string{"client_id", "route", "source", "keepalive", "connect_timeout"}
+var sinkParams = append([]string{"client_id", "route", "source", "keepalive", "connect_timeout"}, sinkurl.TLSOptions...)
 
 // ConfigFromURL parses the sink URL form
 //
@@ -103,8 +105,13 @@ var sinkParams = []string{"client_id", "route", "source", "keepalive", "connect_
 //	mqtts://…, ssl://…  (TLS)
 //
 // into a Config. The options are client_id, route (a topic template),
-// source, keepalive and connect_timeout (durations such as 30s).
-// They are removed from Config.URL. Errors never quote the password.
+// source, keepalive and connect_timeout (durations such as 30s), and on
+// TLS URLs the TLS options tls_ca (a PEM file of the CA to trust instead of
+// the system roots), tls_cert and tls_key (PEM files of a client
+// certificate and its key) and tls_server_name (the name the broker's
+// certificate holds, when not the URL's host); their files are read now,
+// into Config.TLS. A plain URL refuses them: use mqtts:// for TLS. The
+// options are removed from Config.URL. Errors never quote the password.
 func ConfigFromURL(rawURL string) (Config, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -115,6 +122,9 @@ func ConfigFromURL(rawURL string) (Config, error) {
 		return Config{}, err
 	}
 	var cfg Config
+	if cfg.TLS, err = sinkurl.SchemeTLS(sinkurl.NewOptions(q), redactURL(u), isTLS(u.Scheme), "mqtts", "mqtt"); err != nil {
+		return Config{}, err
+	}
 	for _, d := range []struct {
 		name string
 		dst  *time.Duration

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/testutil/configtest"
+	"github.com/outboxkit/outbox/internal/testutil/servers"
 	"github.com/outboxkit/outbox/sink/mqttsink"
 	"github.com/outboxkit/outbox/sinktest"
 )
@@ -44,6 +45,42 @@ func TestConfigFromURL(t *testing.T) {
 		c, err = mqttsink.ConfigFromURL(u)
 		require.NoError(t, err)
 		require.Equal(t, mqttsink.Config{URL: u}, c)
+	}
+}
+
+// TestConfigFromURLTLS checks the tls options: read into Config.TLS on the
+// TLS schemes, taken out of the URL, refused on the plain ones.
+func TestConfigFromURLTLS(t *testing.T) {
+	t.Parallel()
+	certs := servers.NewCerts(t)
+	c, err := mqttsink.ConfigFromURL("mqtts://relay:" + secret + "@mqtt.example.com:8883?client_id=x&tls_ca=" + certs.CA +
+		"&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey + "&tls_server_name=mqtt.internal")
+	require.NoError(t, err)
+	require.Equal(t, "mqtts://relay:"+secret+"@mqtt.example.com:8883", c.URL)
+	require.NotNil(t, c.TLS)
+	require.True(t, c.TLS.RootCAs.Equal(certs.Pool()), "trusts the CA alone")
+	require.Len(t, c.TLS.Certificates, 1)
+	require.Equal(t, "mqtt.internal", c.TLS.ServerName)
+	for _, u := range []string{"ssl://h?tls_ca=" + certs.CA, "tls://h?tls_ca=" + certs.CA} {
+		c, err = mqttsink.ConfigFromURL(u)
+		require.NoError(t, err, u)
+		require.NotNil(t, c.TLS, u)
+	}
+
+	for _, tc := range []struct{ url, field, text string }{
+		{"mqtt://u:" + secret + "@h?tls_ca=" + certs.CA, "URL option tls_ca", "is for TLS but mqtt://h is a plain connection: use mqtts:// for TLS"},
+		{"tcp://u:" + secret + "@h?tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey, "URL option tls_cert", "use mqtts://"},
+		{"mqtt://u:" + secret + "@h?tls=true", "URL option tls", "use mqtts://"},
+		{"mqtts://u:" + secret + "@h?tls=false", "URL option tls", "is false but mqtts://h is a TLS URL: use mqtt:// for a plain connection"},
+		{"mqtts://u:" + secret + "@h?tls_ca=/nonexistent/ca.pem", "URL option tls_ca", "cannot read the CA file"},
+		{"mqtts://u:" + secret + "@h?tls_key=" + certs.ClientKey, "URL option tls_key", "is set without tls_cert"},
+		{"mqtts://u:" + secret + "@h?tls_cert=" + certs.ClientCert + "&tls_key=" + certs.CA, "URL option tls_key", "holds no PEM private key"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			_, err := mqttsink.ConfigFromURL(tc.url)
+			configtest.RequireError(t, err, tc.field, tc.text, secret)
+		})
 	}
 }
 
@@ -110,6 +147,7 @@ func FuzzConfigFromURL(f *testing.F) {
 	for _, s := range []string{
 		"mqtt://localhost:1883", "mqtts://u:p@h?client_id=c&keepalive=5s",
 		"ssl://h?route=%7Bevent_type%7D", "mqtt://u:p@[::1]:1883", "mqtt://%zz",
+		"mqtts://h?tls=true&tls_server_name=x", "mqtt://h?tls_ca=/nonexistent", "tls://h?tls=false",
 	} {
 		f.Add(s)
 	}

@@ -28,6 +28,15 @@
 //	keepalive        the MQTT keep-alive interval; default 30s
 //	connect_timeout  bound on connecting; default 10s
 //
+// and on TLS URLs only (a plain mqtt:// or tcp:// URL refuses them) the TLS
+// options, whose files are read now into Config.TLS:
+//
+//	tls_ca=FILE           PEM file of the CA that signed the broker's certificate (default the system roots)
+//	tls_cert=FILE         PEM client certificate, for a broker with require_certificate (with tls_key)
+//	tls_key=FILE          PEM private key of tls_cert
+//	tls_server_name=NAME  the name the broker's certificate holds, when not the URL's host
+//	tls=true              redundant on mqtts://
+//
 // # Messages
 //
 // One message per event, QoS 1, not retained, on the topic the router picks:

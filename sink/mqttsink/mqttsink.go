@@ -157,9 +157,9 @@ func connectError(err error) error {
 	case errors.Is(err, packets.ErrorRefusedIDRejected):
 		return fmt.Errorf("the broker rejected the client ID (%w): set a client ID it accepts", err)
 	case errors.As(err, new(*tls.CertificateVerificationError)):
-		return fmt.Errorf("%w (put the CA that signed the broker's certificate in Config.TLS.RootCAs, and set its ServerName if the certificate names another host)", err)
+		return fmt.Errorf("%w (set tls_ca in the URL, or Config.TLS.RootCAs, to the CA that signed the broker's certificate, and tls_server_name if the certificate names another host)", err)
 	case tlsRefused(err):
-		return fmt.Errorf("%w (the broker ended the TLS handshake: if it requires a client certificate, put one signed by a CA it trusts in Config.TLS.Certificates)", err)
+		return fmt.Errorf("%w (the broker ended the TLS handshake: if it requires a client certificate, set tls_cert and tls_key in the URL, or Config.TLS.Certificates, to one signed by a CA it trusts)", err)
 	}
 	return fmt.Errorf("%w (is the MQTT broker running and reachable?)", err)
 }

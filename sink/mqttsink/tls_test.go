@@ -9,10 +9,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -43,27 +41,19 @@ type tlsBroker struct {
 // with requireCert it requires a client certificate signed by the CA.
 func startTLSBroker(t *testing.T, requireCert bool) *tlsBroker {
 	t.Helper()
-	servers.SkipIfDisabled(t)
 	certs := servers.NewCerts(t)
-	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	srv := servers.Start(t, servers.Spec{
-		Name: "the Eclipse MQTT broker", Binary: "/usr/sbin/mosquitto", //nolint:misspell // the broker program's name
-		Args: func(port int) []string {
-			text := fmt.Sprintf("listener %d 127.0.0.1\ncafile %s\ncertfile %s\nkeyfile %s\nrequire_certificate %t\n"+
-				"allow_anonymous true\npersistence false\nlog_dest stderr\n",
-				port, certs.CA, certs.ServerCert, certs.ServerKey, requireCert)
-			if os.Geteuid() == 0 {
-				// Run as root, the broker would switch to an
-				// unprivileged user that cannot read the test's files.
-				text += "user root\n"
-			}
-			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
-			return []string{"-c", conf}
-		},
-		// A handshake that verifies the test's own CA: the port is ours.
-		Ready: servers.TLSReady(certs.ClientTLS(true)),
-	})
+	srv := servers.MQTTBrokerTLS(t, certs, requireCert)
 	return &tlsBroker{addr: srv.Addr, certs: certs}
+}
+
+// url is the sink URL of the broker with scheme, the password and the
+// query q.
+func (b *tlsBroker) url(scheme string, q url.Values) string {
+	u := scheme + "://relay:" + tlsPassword + "@" + b.addr
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
 }
 
 // tlsSubscriber collects the id attribute of every message on a topic
@@ -103,33 +93,41 @@ func (s *tlsSubscriber) received() []string {
 
 // TestTLSPublishesEndToEnd publishes through a sink for an mqtts:// URL to
 // a broker that serves only TLS, and receives the messages with a
-// subscriber over TLS. The URL takes no CA option, so the CA comes in
-// Config.TLS.
+// subscriber over TLS. The CA and client certificate come from the URL's
+// tls options, or from Config.TLS.
 func TestTLSPublishesEndToEnd(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		requireCert bool
 		scheme      string
-		tls         func(c *servers.Certs) *tls.Config
+		query       func(c *servers.Certs) url.Values
+		tls         func(c *servers.Certs) *tls.Config // Config.TLS, set after ConfigFromURL
 	}{
-		{"ServerCertificate", false, "mqtts", func(c *servers.Certs) *tls.Config { return c.ClientTLS(false) }},
-		{"MutualTLS", true, "mqtts", func(c *servers.Certs) *tls.Config { return c.ClientTLS(true) }},
-		{"ServerName", true, "ssl", func(c *servers.Certs) *tls.Config {
-			cfg := c.ClientTLS(true)
-			cfg.ServerName = "localhost"
-			return cfg
-		}},
+		{"ServerCertificate", false, "mqtts", func(c *servers.Certs) url.Values { return url.Values{"tls_ca": {c.CA}} }, nil},
+		{"MutualTLS", true, "mqtts", func(c *servers.Certs) url.Values {
+			return url.Values{"tls_ca": {c.CA}, "tls_cert": {c.ClientCert}, "tls_key": {c.ClientKey}}
+		}, nil},
+		// The broker certificate names localhost besides 127.0.0.1.
+		{"ServerName", true, "ssl", func(c *servers.Certs) url.Values {
+			return url.Values{"tls": {"true"}, "tls_ca": {c.CA}, "tls_cert": {c.ClientCert}, "tls_key": {c.ClientKey}, "tls_server_name": {"localhost"}}
+		}, nil},
+		{"ConfigTLS", true, "mqtts", func(*servers.Certs) url.Values { return url.Values{} }, func(c *servers.Certs) *tls.Config { return c.ClientTLS(true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := startTLSBroker(t, tc.requireCert)
 			prefix := uniqueTopic(t)
 			sub := b.subscribe(t, prefix+"/#")
-			cfg, err := mqttsink.ConfigFromURL(tc.scheme + "://relay:" + tlsPassword + "@" + b.addr + "?client_id=outbox-tls-" + brokertest.RandomName())
+			q := tc.query(b.certs)
+			q.Set("client_id", "outbox-tls-"+brokertest.RandomName())
+			cfg, err := mqttsink.ConfigFromURL(b.url(tc.scheme, q))
 			require.NoError(t, err)
+			require.Equal(t, tc.scheme+"://relay:"+tlsPassword+"@"+b.addr, cfg.URL, "the options leave the URL")
 			cfg.Router = under(t, prefix)
-			cfg.TLS = tc.tls(b.certs)
+			if tc.tls != nil {
+				cfg.TLS = tc.tls(b.certs)
+			}
 			cfg.Logger = slog.New(slog.DiscardHandler)
 			s := brokertest.Open(t, func(ctx context.Context) (*mqttsink.Sink, error) { return mqttsink.New(ctx, cfg) })
 
@@ -142,34 +140,52 @@ func TestTLSPublishesEndToEnd(t *testing.T) {
 }
 
 // TestTLSRefusalsFailInOneLine checks that New fails, on one line naming
-// the broker and never quoting the password, when TLS cannot be set up.
+// the broker and the option to set, never quoting the password, when TLS
+// cannot be set up.
 func TestTLSRefusalsFailInOneLine(t *testing.T) {
 	t.Parallel()
 	b := startTLSBroker(t, true)
 	c := b.certs
+	withCert := func(q url.Values) url.Values {
+		q.Set("tls_cert", c.ClientCert)
+		q.Set("tls_key", c.ClientKey)
+		return q
+	}
 	for _, tc := range []struct {
-		name   string
-		scheme string
-		tls    *tls.Config
-		want   []string
+		name  string
+		query url.Values
+		tls12 bool // see servers.TLS12
+		want  []string
 	}{
-		{"SystemRoots", "mqtts", nil, []string{"certificate signed by unknown authority", "Config.TLS.RootCAs"}},
-		{"WrongCA", "mqtts", c.WrongCATLS(true), []string{"certificate signed by unknown authority", "Config.TLS.RootCAs"}},
-		{"NoClientCertificate", "mqtts", servers.TLS12(c.ClientTLS(false)), []string{"remote error: tls:", "Config.TLS.Certificates"}},
-		// Config.TLS configures mqtts:// only: the broker resets the
-		// plain connection.
-		{"PlainURL", "mqtt", c.ClientTLS(true), []string{"is the MQTT broker running and reachable?"}},
+		{"SystemRoots", withCert(url.Values{}), false, []string{"certificate signed by unknown authority", "set tls_ca", "Config.TLS.RootCAs"}},
+		{"WrongCA", withCert(url.Values{"tls_ca": {c.OtherCA}}), false, []string{"certificate signed by unknown authority", "set tls_ca"}},
+		{"WrongServerName", withCert(url.Values{"tls_ca": {c.CA}, "tls_server_name": {"wrong.example"}}), false, []string{"not wrong.example", "tls_server_name"}},
+		{"NoClientCertificate", url.Values{"tls_ca": {c.CA}}, true, []string{"remote error: tls:", "set tls_cert and tls_key", "Config.TLS.Certificates"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := mqttsink.Config{
-				URL: tc.scheme + "://relay:" + tlsPassword + "@" + b.addr, TLS: tc.tls,
-				DialTimeout: 3 * time.Second, Logger: slog.New(slog.DiscardHandler),
+			cfg, err := mqttsink.ConfigFromURL(b.url("mqtts", tc.query))
+			require.NoError(t, err)
+			if tc.tls12 {
+				cfg.TLS = servers.TLS12(cfg.TLS)
 			}
+			cfg.DialTimeout, cfg.Logger = 3*time.Second, slog.New(slog.DiscardHandler)
 			s, err := mqttsink.New(t.Context(), cfg)
 			require.Nil(t, s)
-			want := append([]string{"mqttsink: connect to mqtt"}, tc.want...)
+			want := append([]string{"mqttsink: connect to mqtts://" + b.addr}, tc.want...)
 			brokertest.RequireConnectError(t, err, tlsPassword, want...)
 		})
 	}
+	// Config.TLS configures mqtts:// only: the broker resets the plain
+	// connection.
+	t.Run("PlainURL", func(t *testing.T) {
+		t.Parallel()
+		cfg := mqttsink.Config{
+			URL: b.url("mqtt", nil), TLS: c.ClientTLS(true),
+			DialTimeout: 3 * time.Second, Logger: slog.New(slog.DiscardHandler),
+		}
+		s, err := mqttsink.New(t.Context(), cfg)
+		require.Nil(t, s)
+		brokertest.RequireConnectError(t, err, tlsPassword, "mqttsink: connect to mqtt", "is the MQTT broker running and reachable?")
+	})
 }

@@ -45,8 +45,12 @@ type Config struct {
 	// Source is the CloudEvents source attribute, a URI reference naming
 	// this outbox. Defaults to SourceDefault.
 	Source string
-	// TLS configures rediss connections. Defaults to the system roots and
-	// the URL's host as server name.
+	// TLS configures rediss connections: a private CA in RootCAs, a client
+	// certificate in Certificates. Defaults to the system roots and the
+	// URL's host as server name; ServerName, when empty, is the URL's host
+	// still, and go-redis's skip_verify URL option still applies.
+	// ConfigFromURL sets it from the tls_ options. A redis:// URL ignores
+	// it.
 	TLS *tls.Config
 	// DialTimeout bounds connecting. Defaults to DialTimeoutDefault; the
 	// URL's dial_timeout overrides it.
@@ -69,17 +73,23 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// sinkParams are the URL query parameters ConfigFromURL moves into Config.
-var sinkParams = []string{"maxlen", "maxlen_exact", "route", "source"}
+// sinkParams are the URL query parameters ConfigFromURL moves into Config:
+// the sink's own and the tls options, which redis.ParseURL would refuse.
+var sinkParams = append([]string{"maxlen", "maxlen_exact", "route", "source"}, sinkurl.TLSOptions...)
 
 // ConfigFromURL parses the sink URL form
 //
 //	redis[s]://[[user]:pass@]host[:port][/db][?option=value&…]
 //
 // into a Config. The options are maxlen (entries to keep per stream, about),
-// maxlen_exact (true or false), route (a stream key template) and source;
-// they are removed from Config.URL, which keeps the go-redis connection
-// options. Errors never quote the password.
+// maxlen_exact (true or false), route (a stream key template), source, and
+// on rediss:// the TLS options tls_ca (a PEM file of the CA to trust
+// instead of the system roots), tls_cert and tls_key (PEM files of a
+// client certificate and its key) and tls_server_name (the name the
+// server's certificate holds, when not the URL's host); their files are
+// read now, into Config.TLS. A redis:// URL refuses them: use rediss://
+// for TLS. These options are removed from Config.URL, which keeps the
+// go-redis connection options. Errors never quote the password.
 func ConfigFromURL(rawURL string) (Config, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -90,6 +100,14 @@ func ConfigFromURL(rawURL string) (Config, error) {
 		return Config{}, err
 	}
 	var cfg Config
+	if cfg.TLS, err = sinkurl.SchemeTLS(sinkurl.NewOptions(q), redactURL(u), u.Scheme == "rediss", "rediss", "redis"); err != nil {
+		return Config{}, err
+	}
+	if cfg.TLS != nil && (cfg.TLS.RootCAs != nil || cfg.TLS.ServerName != "") {
+		if v := q.Get("skip_verify"); v == "true" || v == "1" { // as go-redis reads it
+			return Config{}, sinkurl.URLErrorf("%s: skip_verify=true turns off the verification tls_ca and tls_server_name are for: drop one", redactURL(u))
+		}
+	}
 	if v := q.Get("maxlen"); v != "" {
 		if cfg.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || cfg.MaxLen < 0 {
 			return Config{}, sinkurl.URLErrorf("%s: maxlen=%q: use a whole number of entries, or 0 to keep every entry", redactURL(u), v)
@@ -172,11 +190,18 @@ func (c Config) options() (*redis.Options, error) {
 	if !hasDialTimeout {
 		opts.DialTimeout = c.DialTimeout
 	}
-	if c.TLS != nil && u.Scheme == "rediss" {
-		opts.TLSConfig = c.TLS.Clone()
-		if opts.TLSConfig.ServerName == "" {
-			opts.TLSConfig.ServerName = u.Hostname()
+	if c.TLS != nil && opts.TLSConfig != nil {
+		// Merge with what go-redis made of the URL: the host as server
+		// name, TLS 1.2 at least, skip_verify.
+		own := c.TLS.Clone()
+		if own.ServerName == "" {
+			own.ServerName = opts.TLSConfig.ServerName
 		}
+		if own.MinVersion == 0 {
+			own.MinVersion = opts.TLSConfig.MinVersion
+		}
+		own.InsecureSkipVerify = own.InsecureSkipVerify || opts.TLSConfig.InsecureSkipVerify
+		opts.TLSConfig = own
 	}
 	return opts, nil
 }

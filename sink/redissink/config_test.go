@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/testutil/configtest"
+	"github.com/outboxkit/outbox/internal/testutil/servers"
 	"github.com/outboxkit/outbox/sink/redissink"
 	"github.com/outboxkit/outbox/sinktest"
 )
@@ -38,6 +39,45 @@ func TestConfigFromURL(t *testing.T) {
 	c, err = redissink.ConfigFromURL("redis://localhost")
 	require.NoError(t, err)
 	require.Equal(t, redissink.Config{URL: "redis://localhost"}, c)
+}
+
+// TestConfigFromURLTLS checks the tls options: read into Config.TLS on
+// rediss://, taken out of the URL for go-redis, refused on redis://.
+func TestConfigFromURLTLS(t *testing.T) {
+	t.Parallel()
+	certs := servers.NewCerts(t)
+	c, err := redissink.ConfigFromURL("rediss://:" + secret + "@redis.example.com:6380/2?read_timeout=2s&tls_ca=" + certs.CA +
+		"&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey + "&tls_server_name=redis.internal")
+	require.NoError(t, err)
+	require.Equal(t, "rediss://:"+secret+"@redis.example.com:6380/2?read_timeout=2s", c.URL)
+	require.NotNil(t, c.TLS)
+	require.True(t, c.TLS.RootCAs.Equal(certs.Pool()), "trusts the CA alone")
+	require.Len(t, c.TLS.Certificates, 1)
+	require.Equal(t, "redis.internal", c.TLS.ServerName)
+
+	c, err = redissink.ConfigFromURL("rediss://h/0?tls=true")
+	require.NoError(t, err)
+	require.Equal(t, "rediss://h/0", c.URL)
+
+	c, err = redissink.ConfigFromURL("rediss://h/0?skip_verify=true&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey)
+	require.NoError(t, err, "a client certificate with go-redis's skip_verify")
+	require.Equal(t, "rediss://h/0?skip_verify=true", c.URL)
+
+	for _, tc := range []struct{ url, field, text string }{
+		{"redis://:" + secret + "@h/0?tls_ca=" + certs.CA, "URL option tls_ca", "is for TLS but redis://h/0 is a plain connection: use rediss:// for TLS"},
+		{"redis://:" + secret + "@h/0?tls=true", "URL option tls", "use rediss://"},
+		{"rediss://:" + secret + "@h/0?tls=false", "URL option tls", "is false but rediss://h/0 is a TLS URL: use redis:// for a plain connection"},
+		{"rediss://:" + secret + "@h/0?tls_ca=/nonexistent/ca.pem", "URL option tls_ca", "cannot read the CA file"},
+		{"rediss://:" + secret + "@h/0?tls_cert=" + certs.ClientCert, "URL option tls_cert", "is set without tls_key"},
+		{"rediss://:" + secret + "@h/0?tls_ca=" + certs.CA + "&skip_verify=true", "URL", "skip_verify=true turns off the verification tls_ca and tls_server_name are for: drop one"},
+		{"rediss://:" + secret + "@h/0?tls_ca=a&tls_ca=b", "URL", `"tls_ca" is given 2 times`},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			_, err := redissink.ConfigFromURL(tc.url)
+			configtest.RequireError(t, err, tc.field, tc.text, secret)
+		})
+	}
 }
 
 func TestConfigFromURLRejects(t *testing.T) {
@@ -75,6 +115,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}{
 		{"NoURL", redissink.Config{}, "URL", "is empty"},
 		{"SinkOptionInURL", redissink.Config{URL: u + "?maxlen=5"}, "URL", `"maxlen" is a sink option: parse the URL with ConfigFromURL`},
+		{"TLSOptionInURL", redissink.Config{URL: "rediss://:" + secret + "@h/0?tls_ca=/ca.pem"}, "URL", `"tls_ca" is a sink option: parse the URL with ConfigFromURL, or set the Config field`},
 		{"UnknownOption", redissink.Config{URL: u + "?foo=1"}, "URL", "unexpected option: foo"},
 		{"BadDB", redissink.Config{URL: "redis://:" + secret + "@h/x"}, "URL", `invalid database number: "x"`},
 		{"ClientAndURL", redissink.Config{URL: u, Client: admin(t)}, "URL", "is set along with Client"},
@@ -105,6 +146,7 @@ func FuzzConfigFromURL(f *testing.F) {
 	for _, s := range []string{
 		"redis://localhost:6379/0", "rediss://u:p@h/1?maxlen=100&maxlen_exact=1",
 		"redis://h/?route=%7Bevent_type%7D", "redis://:p@[::1]:6379", "redis://%zz",
+		"rediss://h/0?tls=true&tls_server_name=x", "redis://h/?tls_ca=/nonexistent", "rediss://h/?tls=false",
 	} {
 		f.Add(s)
 	}

@@ -24,10 +24,19 @@
 //	route         the stream key template (see package route); default {aggregate_type|events}.{event_type}
 //	source        the CloudEvents source attribute; default /outbox
 //
-// and leaves go-redis's connection options in Config.URL (dial_timeout,
-// read_timeout, write_timeout, pool_size, max_retries, … as redis.ParseURL
-// reads them). For a cluster or a failover setup, build the go-redis client
-// yourself and pass it as Config.Client.
+// and on rediss:// URLs only (a redis:// URL refuses them) the TLS options,
+// whose files are read now into Config.TLS:
+//
+//	tls_ca=FILE          PEM file of the CA that signed the server's certificate (default the system roots)
+//	tls_cert=FILE        PEM client certificate, for a server with tls-auth-clients (with tls_key)
+//	tls_key=FILE         PEM private key of tls_cert
+//	tls_server_name=NAME the name the server's certificate holds, when not the URL's host
+//	tls=true             redundant on rediss://
+//
+// It leaves go-redis's connection options in Config.URL (dial_timeout,
+// read_timeout, write_timeout, pool_size, max_retries, skip_verify, … as
+// redis.ParseURL reads them). For a cluster or a failover setup, build the
+// go-redis client yourself and pass it as Config.Client.
 //
 // # Entries
 //

@@ -85,9 +85,9 @@ func connectError(ctx context.Context, err error) error {
 		strings.Contains(err.Error(), "AUTH") && redis.HasErrorPrefix(err, "ERR"):
 		return fmt.Errorf("the server refused the login: check the user and password in the URL: %w", err)
 	case errors.As(err, new(*tls.CertificateVerificationError)):
-		return fmt.Errorf("%w (put the CA that signed the server's certificate in Config.TLS.RootCAs, and set its ServerName if the certificate names another host)", err)
+		return fmt.Errorf("%w (set tls_ca in the URL, or Config.TLS.RootCAs, to the CA that signed the server's certificate, and tls_server_name if the certificate names another host)", err)
 	case tlsRefused(err):
-		return fmt.Errorf("%w (the server ended the TLS handshake: if it requires a client certificate, put one signed by a CA it trusts in Config.TLS.Certificates)", err)
+		return fmt.Errorf("%w (the server ended the TLS handshake: if it requires a client certificate, set tls_cert and tls_key in the URL, or Config.TLS.Certificates, to one signed by a CA it trusts)", err)
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("%w (the server closed the connection at once: if it serves only TLS, use rediss://)", err)
 	case errors.As(err, &ne):

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"testing"
 
@@ -35,28 +36,19 @@ type tlsServer struct {
 // certificate signed by the CA is required).
 func startTLSServer(t *testing.T, authClients string) *tlsServer {
 	t.Helper()
-	servers.SkipIfDisabled(t)
 	certs := servers.NewCerts(t)
-	dir := t.TempDir()
-	srv := servers.Start(t, servers.Spec{
-		Name: "redis-server", Binary: "/usr/bin/redis-server",
-		Args: func(port int) []string {
-			return []string{
-				"--port", "0", "--bind", "127.0.0.1", "--tls-port", strconv.Itoa(port),
-				"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey,
-				"--tls-ca-cert-file", certs.CA, "--tls-auth-clients", authClients,
-				"--requirepass", tlsPassword, "--dir", dir, "--save", "", "--appendonly", "no",
-			}
-		},
-		// A handshake that verifies the test's own CA: the port is ours.
-		Ready: servers.TLSReady(certs.ClientTLS(true)),
-	})
+	srv := servers.RedisTLS(t, certs, tlsPassword, authClients)
 	return &tlsServer{addr: srv.Addr, certs: certs}
 }
 
-// url is the rediss:// URL of the server with the password and query.
-func (s *tlsServer) url(query string) string {
-	return "rediss://:" + tlsPassword + "@" + s.addr + "/0" + query
+// url is the rediss:// URL of the server with the password and the query
+// q.
+func (s *tlsServer) url(q url.Values) string {
+	u := "rediss://:" + tlsPassword + "@" + s.addr + "/0"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
 }
 
 // entries reads a whole stream back over TLS.
@@ -68,35 +60,53 @@ func (s *tlsServer) entries(t *testing.T, stream string) []redis.XMessage {
 }
 
 // TestTLSPublishesEndToEnd appends through a sink for a rediss:// URL to a
-// server that serves only TLS, and reads the stream back with XRANGE.
-// redis.ParseURL reads no CA option from the URL, so the CA comes in
+// server that serves only TLS, and reads the stream back with XRANGE. The
+// CA and client certificate come from the URL's tls options, or from
 // Config.TLS.
 func TestTLSPublishesEndToEnd(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		authClients string
-		tls         func(c *servers.Certs) *tls.Config
-		query       string
+		query       func(c *servers.Certs) url.Values
+		tls         func(c *servers.Certs) *tls.Config // Config.TLS, set after ConfigFromURL
 	}{
-		{"ServerCertificate", "optional", func(c *servers.Certs) *tls.Config { return c.ClientTLS(false) }, ""},
-		{"MutualTLS", "yes", func(c *servers.Certs) *tls.Config { return c.ClientTLS(true) }, ""},
-		{"ServerName", "yes", func(c *servers.Certs) *tls.Config {
-			cfg := c.ClientTLS(true)
-			cfg.ServerName = "localhost"
-			return cfg
-		}, ""},
-		// go-redis's own URL option, without Config.TLS: rediss:// alone
-		// would verify against the system roots.
-		{"SkipVerifyFromURL", "optional", func(*servers.Certs) *tls.Config { return nil }, "?skip_verify=true"},
+		{"ServerCertificate", "optional", func(c *servers.Certs) url.Values { return url.Values{"tls_ca": {c.CA}} }, nil},
+		{"MutualTLS", "yes", func(c *servers.Certs) url.Values {
+			return url.Values{"tls_ca": {c.CA}, "tls_cert": {c.ClientCert}, "tls_key": {c.ClientKey}}
+		}, nil},
+		// The server certificate names localhost besides 127.0.0.1.
+		{"ServerName", "yes", func(c *servers.Certs) url.Values {
+			return url.Values{"tls": {"true"}, "tls_ca": {c.CA}, "tls_cert": {c.ClientCert}, "tls_key": {c.ClientKey}, "tls_server_name": {"localhost"}}
+		}, nil},
+		{"ConfigTLS", "yes", func(*servers.Certs) url.Values { return nil }, func(c *servers.Certs) *tls.Config { return c.ClientTLS(true) }},
+		// go-redis's own URL option, without a CA: rediss:// alone would
+		// verify against the system roots.
+		{"SkipVerifyFromURL", "optional", func(*servers.Certs) url.Values { return url.Values{"skip_verify": {"true"}} }, nil},
+		// skip_verify merges with the Config.TLS the tls options make.
+		{"SkipVerifyWithClientCertificate", "yes", func(c *servers.Certs) url.Values {
+			return url.Values{"skip_verify": {"true"}, "tls_cert": {c.ClientCert}, "tls_key": {c.ClientKey}}
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := startTLSServer(t, tc.authClients)
 			stream := brokertest.UniqueName(t, "tls.", ".")
-			cfg, err := redissink.ConfigFromURL(srv.url(tc.query + sep(tc.query) + "route=" + stream))
+			q := tc.query(srv.certs)
+			if q == nil {
+				q = url.Values{}
+			}
+			q.Set("route", stream)
+			cfg, err := redissink.ConfigFromURL(srv.url(q))
 			require.NoError(t, err)
-			cfg.TLS = tc.tls(srv.certs)
+			for opt := range q {
+				if opt != "skip_verify" {
+					require.NotContains(t, cfg.URL, opt+"=", "the sink's options leave the URL go-redis parses")
+				}
+			}
+			if tc.tls != nil {
+				cfg.TLS = tc.tls(srv.certs)
+			}
 			cfg.Logger = slog.New(slog.DiscardHandler)
 			s := brokertest.Open(t, func(ctx context.Context) (*redissink.Sink, error) { return redissink.New(ctx, cfg) })
 
@@ -113,43 +123,50 @@ func TestTLSPublishesEndToEnd(t *testing.T) {
 	}
 }
 
-// sep is the separator before one more query option after query.
-func sep(query string) string {
-	if query == "" {
-		return "?"
-	}
-	return "&"
-}
-
-// noRetries makes a failing connect fail at once, without go-redis's
-// retries and their backoff.
-const noRetries = "?max_retries=-1"
-
 // TestTLSRefusalsFailInOneLine checks that New fails, on one line naming
-// the server and never quoting the password, when TLS cannot be set up.
+// the server and the option to set, never quoting the password, when TLS
+// cannot be set up.
 func TestTLSRefusalsFailInOneLine(t *testing.T) {
 	t.Parallel()
 	srv := startTLSServer(t, "yes")
 	c := srv.certs
+	withCert := func(q url.Values) url.Values {
+		q.Set("tls_cert", c.ClientCert)
+		q.Set("tls_key", c.ClientKey)
+		return q
+	}
 	for _, tc := range []struct {
-		name string
-		url  string
-		tls  *tls.Config
-		want []string
+		name  string
+		query url.Values
+		tls12 bool // see servers.TLS12
+		want  []string
 	}{
-		{"SystemRoots", srv.url(noRetries), nil, []string{"certificate signed by unknown authority", "Config.TLS.RootCAs"}},
-		{"WrongCA", srv.url(noRetries), c.WrongCATLS(true), []string{"certificate signed by unknown authority", "Config.TLS.RootCAs"}},
-		{"NoClientCertificate", srv.url(noRetries), servers.TLS12(c.ClientTLS(false)), []string{"remote error: tls:", "Config.TLS.Certificates"}},
-		// Config.TLS configures rediss:// only.
-		{"PlainURL", "redis://:" + tlsPassword + "@" + srv.addr + "/0" + noRetries, c.ClientTLS(true), []string{"use rediss://"}},
+		{"SystemRoots", withCert(url.Values{}), false, []string{"certificate signed by unknown authority", "set tls_ca", "Config.TLS.RootCAs"}},
+		{"WrongCA", withCert(url.Values{"tls_ca": {c.OtherCA}}), false, []string{"certificate signed by unknown authority", "set tls_ca"}},
+		{"WrongServerName", withCert(url.Values{"tls_ca": {c.CA}, "tls_server_name": {"wrong.example"}}), false, []string{"not wrong.example", "tls_server_name"}},
+		{"NoClientCertificate", url.Values{"tls_ca": {c.CA}}, true, []string{"remote error: tls:", "set tls_cert and tls_key", "Config.TLS.Certificates"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := redissink.Config{URL: tc.url, TLS: tc.tls, Logger: slog.New(slog.DiscardHandler)}
+			tc.query.Set("max_retries", "-1") // fail at once, without go-redis's retries
+			cfg, err := redissink.ConfigFromURL(srv.url(tc.query))
+			require.NoError(t, err)
+			if tc.tls12 {
+				cfg.TLS = servers.TLS12(cfg.TLS)
+			}
+			cfg.Logger = slog.New(slog.DiscardHandler)
 			s, err := redissink.New(t.Context(), cfg)
 			require.Nil(t, s)
-			want := append([]string{"redissink: connect to redis"}, tc.want...)
+			want := append([]string{"redissink: connect to rediss://" + srv.addr + "/0"}, tc.want...)
 			brokertest.RequireConnectError(t, err, tlsPassword, want...)
 		})
 	}
+	// Config.TLS configures rediss:// only.
+	t.Run("PlainURL", func(t *testing.T) {
+		t.Parallel()
+		cfg := redissink.Config{URL: "redis://:" + tlsPassword + "@" + srv.addr + "/0?max_retries=-1", TLS: c.ClientTLS(true), Logger: slog.New(slog.DiscardHandler)}
+		s, err := redissink.New(t.Context(), cfg)
+		require.Nil(t, s)
+		brokertest.RequireConnectError(t, err, tlsPassword, "redissink: connect to redis", "use rediss://")
+	})
 }

@@ -1,6 +1,7 @@
 package webhooksink
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,11 @@ type Config struct {
 	// so redirects are never followed. Defaults to a client with its own
 	// transport that keeps Concurrency idle connections to the endpoint.
 	Client *http.Client
+	// TLS configures the default client's https connections: a private CA
+	// in RootCAs, a client certificate in Certificates. Defaults to the
+	// system roots and no client certificate. It takes an https:// URL and
+	// no Client: configure a Client's own transport instead.
+	TLS *tls.Config
 	// Headers are extra request headers, such as Authorization. Their
 	// values are treated as secrets. They may not set headers this sink
 	// owns: Content-Type, Content-Length, Host, User-Agent, traceparent,
@@ -101,6 +107,10 @@ func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
 		return nil, nil, bad("URL", "%s has no host: use an absolute URL such as https://hooks.example.com/outbox", redactURL(u))
 	case u.Fragment != "":
 		return nil, nil, bad("URL", "%s has a #fragment, which is never sent: remove it", redactURL(u))
+	case c.TLS != nil && c.Client != nil:
+		return nil, nil, bad("TLS", "is set along with Client: configure TLS in the Client's transport, or drop Client")
+	case c.TLS != nil && u.Scheme != "https":
+		return nil, nil, bad("TLS", "is set but %s is plain HTTP: use an https:// URL, or drop TLS", redactURL(u))
 	}
 	if err := sinkurl.CheckSource(c.Source); err != nil {
 		return nil, nil, err
@@ -212,6 +222,9 @@ func (c Config) String() string {
 		b.WriteString(", Secret: " + sinkurl.Redacted)
 	}
 	fmt.Fprintf(&b, ", Source: %q, Timeout: %v, Concurrency: %d", c.Source, c.Timeout, c.Concurrency)
+	if c.TLS != nil {
+		fmt.Fprintf(&b, ", TLS: {private CA: %t, client certificate: %t}", c.TLS.RootCAs != nil, len(c.TLS.Certificates) > 0)
+	}
 	if len(c.Headers) > 0 {
 		b.WriteString(", Headers: {")
 		for i, k := range slices.Sorted(maps.Keys(c.Headers)) {
@@ -240,6 +253,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("source", c.Source),
 		slog.Duration("timeout", c.Timeout),
 		slog.Int("concurrency", c.Concurrency),
+	}
+	if c.TLS != nil {
+		attrs = append(attrs, slog.Bool("tls_private_ca", c.TLS.RootCAs != nil), slog.Bool("tls_client_certificate", len(c.TLS.Certificates) > 0))
 	}
 	if len(c.Headers) > 0 {
 		attrs = append(attrs, slog.Any("headers", slices.Sorted(maps.Keys(c.Headers))))

@@ -2,6 +2,7 @@ package webhooksink_test
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"OwnedUserAgent", webhooksink.Config{URL: "https://h", Headers: map[string]string{"User-Agent": "x"}}, "Headers", "use Config.UserAgent"},
 		{"BadWhsec", webhooksink.Config{URL: "https://h", Secret: "whsec_" + pw + "!!"}, "Secret", "starts with whsec_ but the rest is not valid standard base64"},
 		{"EmptyWhsec", webhooksink.Config{URL: "https://h", Secret: "whsec_"}, "Secret", "is whsec_ with no key after it"},
+		{"TLSWithClient", webhooksink.Config{URL: "https://h", TLS: &tls.Config{}, Client: &http.Client{}}, "TLS", "is set along with Client: configure TLS in the Client's transport, or drop Client"},
+		{"TLSOverHTTP", webhooksink.Config{URL: "http://user:" + pw + "@h/x", TLS: &tls.Config{}}, "TLS", "is set but http://h/… is plain HTTP: use an https:// URL, or drop TLS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,9 +2,11 @@ package webhooksink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -107,8 +109,19 @@ func (s *Sink) transportError(ctx context.Context, e *outbox.Event, err error) e
 		return fmt.Errorf("%s: gave up before the endpoint answered: %w", prefix, context.Cause(ctx))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: no answer within %v: %w; raise the webhook timeout if the endpoint is slow", prefix, s.cfg.Timeout, err)
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		return fmt.Errorf("%s: %w; trust the CA that signed the endpoint's certificate with Config.TLS.RootCAs (outbox relay --webhook-ca)", prefix, err)
+	case tlsRefused(err):
+		return fmt.Errorf("%s: %w; the endpoint ended the TLS handshake: if it requires a client certificate, set one signed by a CA it trusts in Config.TLS.Certificates (outbox relay --webhook-cert and --webhook-key)", prefix, err)
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// tlsRefused reports whether the endpoint ended the TLS handshake with an
+// alert, as one that requires a client certificate does.
+func tlsRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // readSnippet reads the start of a response body for an error message,

@@ -46,23 +46,31 @@ func tlsClient(t *testing.T, tlsCfg *tls.Config) *http.Client {
 
 // TestTLSDeliversOverHTTPS POSTs signed events over https to a server with
 // a certificate of the test's own CA, which the sink trusts through
-// Config.Client (the sink has no CA option of its own).
+// Config.TLS (what outbox relay's --webhook-ca sets), or through a
+// Config.Client of the caller's.
 func TestTLSDeliversOverHTTPS(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		auth     tls.ClientAuthType
 		withCert bool
+		client   bool // Config.Client rather than Config.TLS
 	}{
-		{"ServerCertificate", tls.NoClientCert, false},
-		{"MutualTLS", tls.RequireAndVerifyClientCert, true},
+		{"ServerCertificate", tls.NoClientCert, false, false},
+		{"MutualTLS", tls.RequireAndVerifyClientCert, true, false},
+		{"ClientServerCertificate", tls.NoClientCert, false, true},
+		{"ClientMutualTLS", tls.RequireAndVerifyClientCert, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			certs := servers.NewCerts(t)
 			srv, clientCN := newTLSServer(t, certs, tc.auth)
 			require.True(t, strings.HasPrefix(srv.URL, "https://"))
-			s := newSink(t, srv, webhooksink.Config{Secret: testSecret, Client: tlsClient(t, certs.ClientTLS(tc.withCert))})
+			cfg := webhooksink.Config{Secret: testSecret, TLS: certs.ClientTLS(tc.withCert)}
+			if tc.client {
+				cfg.Client, cfg.TLS = tlsClient(t, cfg.TLS), nil
+			}
+			s := newSink(t, srv, cfg)
 
 			e := brokertest.FullEvent(7, "x_tenant", "acme")
 			require.Nil(t, s.Publish(t.Context(), []outbox.Event{e}))
@@ -90,12 +98,15 @@ func TestTLSFailuresAreRetryableAndSayWhy(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		client *http.Client
-		want   string
+		tls    *tls.Config
+		want   []string
 	}{
 		// The default client trusts the system roots only.
-		{"SystemRoots", nil, "certificate signed by unknown authority"},
-		{"WrongCA", tlsClient(t, certs.WrongCATLS(true)), "certificate signed by unknown authority"},
-		{"NoClientCertificate", tlsClient(t, servers.TLS12(certs.ClientTLS(false))), "remote error: tls:"},
+		{"SystemRoots", nil, nil, []string{"certificate signed by unknown authority", "trust the CA", "Config.TLS.RootCAs (outbox relay --webhook-ca)"}},
+		{"WrongCA", nil, certs.WrongCATLS(true), []string{"certificate signed by unknown authority", "--webhook-ca"}},
+		{"ClientWrongCA", tlsClient(t, certs.WrongCATLS(true)), nil, []string{"certificate signed by unknown authority"}},
+		{"NoClientCertificate", nil, servers.TLS12(certs.ClientTLS(false)), []string{"remote error: tls:", "requires a client certificate", "--webhook-cert and --webhook-key"}},
+		{"ClientNoClientCertificate", tlsClient(t, servers.TLS12(certs.ClientTLS(false))), nil, []string{"remote error: tls:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -104,6 +115,7 @@ func TestTLSFailuresAreRetryableAndSayWhy(t *testing.T) {
 				Secret:  testSecret,
 				Headers: map[string]string{"Authorization": testToken},
 				Client:  tc.client,
+				TLS:     tc.tls,
 			}
 			s := newSink(t, srv, cfg)
 			errs := s.Publish(t.Context(), []outbox.Event{brokertest.FullEvent(9, "x", "y")})
@@ -111,7 +123,9 @@ func TestTLSFailuresAreRetryableAndSayWhy(t *testing.T) {
 			require.Error(t, errs[0])
 			require.False(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
 			require.ErrorContains(t, errs[0], "webhooksink: event 9: POST https://127.0.0.1:")
-			require.ErrorContains(t, errs[0], tc.want)
+			for _, w := range tc.want {
+				require.ErrorContains(t, errs[0], w)
+			}
 			require.NotContains(t, errs[0].Error(), "\n")
 			requireNoSecrets(t, errs[0].Error())
 			require.Empty(t, srv.received(), "no request got through")

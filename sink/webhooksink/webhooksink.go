@@ -97,6 +97,9 @@ func newClient(cfg Config) *http.Client {
 		// The default of 2 idle connections per host would make a batch
 		// of Concurrency requests open and close connections every time.
 		t.MaxIdleConnsPerHost = cfg.Concurrency
+		if cfg.TLS != nil {
+			t.TLSClientConfig = cfg.TLS.Clone()
+		}
 		c.Transport = t
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

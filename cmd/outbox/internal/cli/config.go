@@ -61,6 +61,9 @@ var fileKeys = []fileKey{
 	{"sink", "url", "sink", kindString},
 	{"sink", "source", "source", kindString},
 	{"sink", "webhook_secret", "webhook-secret", kindString},
+	{"sink", "webhook_ca", "webhook-ca", kindString},
+	{"sink", "webhook_cert", "webhook-cert", kindString},
+	{"sink", "webhook_key", "webhook-key", kindString},
 	{"sink", "concurrency", "sink-concurrency", kindPositive},
 
 	{"routing", "default", "route", kindTemplate},

@@ -30,6 +30,9 @@ sink:
   url: nats://127.0.0.1:4222?stream=ORDERS
   source: /orders
   webhook_secret: ${WEBHOOK_SECRET}
+  webhook_ca: /etc/outbox/ca.pem
+  webhook_cert: /etc/outbox/client.pem
+  webhook_key: ${KEY_DIR}/client-key.pem
   concurrency: 4
 routing:
   default: "app.{event_type}"
@@ -59,7 +62,7 @@ observability:
 
 func TestParseConfigFileEveryKey(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfigFile("relay.yaml", []byte(fullConfig), env(map[string]string{"DB_PASSWORD": "pw$1", "WEBHOOK_SECRET": "whsec"}))
+	cfg, err := parseConfigFile("relay.yaml", []byte(fullConfig), env(map[string]string{"DB_PASSWORD": "pw$1", "WEBHOOK_SECRET": "whsec", "KEY_DIR": "/run/keys"}))
 	require.NoError(t, err)
 	require.Len(t, cfg.values, len(fileKeys), "the example sets every key")
 
@@ -72,6 +75,10 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "database.url (relay.yaml:3)", get("database-url").origin())
 	require.Equal(t, "orders", get("schema").str)
 	require.Equal(t, "whsec", get("webhook-secret").str)
+	require.Equal(t, "/etc/outbox/ca.pem", get("webhook-ca").str)
+	require.Equal(t, "/etc/outbox/client.pem", get("webhook-cert").str)
+	require.Equal(t, "/run/keys/client-key.pem", get("webhook-key").str)
+	require.Equal(t, "sink.webhook_key (relay.yaml:11)", get("webhook-key").origin())
 	require.Equal(t, 4, get("sink-concurrency").num)
 	require.Equal(t, "app.{event_type}", get("route").str)
 	require.Equal(t, []route.Rule{{EventType: "order.*", Topic: "orders.{aggregate_id}"}, {EventType: "*", Topic: "rest"}}, get("route-rule").rules)
@@ -82,7 +89,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "archive", get("retention").str)
 	require.True(t, get("listen").flag)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:22)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:25)", get("lease").origin())
 }
 
 func TestParseConfigFileEmpty(t *testing.T) {

@@ -111,6 +111,9 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.route, "route", route.Default, "broker sinks: the template of each event's subject, topic, routing key or stream; placeholders {event_type}, {aggregate_type}, {aggregate_id}, {id}, {header.NAME}, with {name|fallback}")
 	f.StringArrayVar(&rf.routeRules, "route-rule", nil, "broker sinks: 'PATTERN=TEMPLATE' routes events whose type matches PATTERN to TEMPLATE instead of --route; repeatable, the first match wins")
 	f.StringVar(&rf.so.WebhookSecret, "webhook-secret", "", "webhook: secret that signs each request (default $"+EnvWebhookSecret+")")
+	f.StringVar(&rf.so.WebhookCA, "webhook-ca", "", "https webhook: PEM file of the CA that signed the endpoint's certificate, trusted instead of the system roots")
+	f.StringVar(&rf.so.WebhookCert, "webhook-cert", "", "https webhook: PEM client certificate to present, for endpoints that require one (with --webhook-key)")
+	f.StringVar(&rf.so.WebhookKey, "webhook-key", "", "https webhook: PEM private key of --webhook-cert")
 	f.IntVar(&rf.so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
 	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
 	rf.obs.addFlags(f)
@@ -127,6 +130,12 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0,
 	}); err != nil {
 		return err
+	}
+	for _, flag := range []string{"webhook-ca", "webhook-cert", "webhook-key"} {
+		// "$CA_FILE" of an unset variable must not quietly mean none.
+		if f := cmd.Flags().Lookup(flag); f.Changed && f.Value.String() == "" {
+			return usagef("invalid --%s: is empty: name a PEM file, or remove the flag", flag)
+		}
 	}
 	m := &merger{flags: cmd.Flags(), origins: map[string]string{}}
 	if rf.configPath != "" {
@@ -179,7 +188,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	}
 	cfg = cfg.WithDefaults()
 	so := rf.so
-	so.Timeout, so.Stdout, so.Logger, so.Router, so.given = cfg.SinkTimeout, a.stdout, a.logger, router, m.sinkOptionsGiven()
+	so.Timeout, so.Stdout, so.Logger, so.Router, so.given, so.name = cfg.SinkTimeout, a.stdout, a.logger, router, m.sinkOptionsGiven(), m.name
 	desc := describeSink(rf.sinkURL, a.redact)
 	sink, err := openSink(cmd.Context(), rf.sinkURL, so, a.redact)
 	if err != nil {
@@ -325,6 +334,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	strs := map[string]*string{
 		"relay-id": &rf.cfg.RelayID, "retention": &rf.retention, "source": &rf.so.Source,
 		"route": &rf.route, "metrics-addr": &rf.obs.metricsAddr,
+		"webhook-ca": &rf.so.WebhookCA, "webhook-cert": &rf.so.WebhookCert, "webhook-key": &rf.so.WebhookKey,
 	}
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
@@ -410,9 +420,10 @@ func (m *merger) router(rf *relayFlags) (*route.Router, error) {
 func (m *merger) sinkOptionsGiven() map[sinkOption]string {
 	given := map[sinkOption]string{}
 	for opt, flags := range map[sinkOption][]string{
-		optSource:  {"source"},
-		optRoute:   {"route", "route-rule"},
-		optWebhook: {"webhook-secret", "sink-concurrency"},
+		optSource:     {"source"},
+		optRoute:      {"route", "route-rule"},
+		optWebhook:    {"webhook-secret", "sink-concurrency"},
+		optWebhookTLS: {"webhook-ca", "webhook-cert", "webhook-key"},
 	} {
 		for _, f := range flags {
 			// An environment variable (OUTBOX_WEBHOOK_SECRET) may be set

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sink/kafkasink"
@@ -29,9 +31,10 @@ import (
 type sinkOption string
 
 const (
-	optSource  sinkOption = "source"  // --source: the CloudEvents source attribute
-	optRoute   sinkOption = "route"   // --route, --route-rule: the destination of each event
-	optWebhook sinkOption = "webhook" // --webhook-secret, --sink-concurrency
+	optSource     sinkOption = "source"      // --source: the CloudEvents source attribute
+	optRoute      sinkOption = "route"       // --route, --route-rule: the destination of each event
+	optWebhook    sinkOption = "webhook"     // --webhook-secret, --sink-concurrency
+	optWebhookTLS sinkOption = "webhook-tls" // --webhook-ca, --webhook-cert, --webhook-key
 )
 
 // sinkOptions are the relay settings and flags a sink may use.
@@ -43,10 +46,24 @@ type sinkOptions struct {
 	Router        *route.Router // nil: the URL's route option, else route.Default
 	Stdout        io.Writer
 	Logger        *slog.Logger
+	// WebhookCA, WebhookCert and WebhookKey are PEM files: a private CA
+	// to trust and a client certificate with its key, for https webhooks.
+	WebhookCA, WebhookCert, WebhookKey string
 	// given names how the operator set each sinkOption (a flag, or a
 	// config file key and line), so that a sink that does not take it is
 	// refused instead of ignoring it.
 	given map[sinkOption]string
+	// name says how the operator set a flag, for errors about its value:
+	// the flag, or a config file key and line. Nil means the flag.
+	name func(flag string) string
+}
+
+// flagName is o.name(flag), or the flag itself.
+func (o sinkOptions) flagName(flag string) string {
+	if o.name == nil {
+		return "--" + flag
+	}
+	return o.name(flag)
 }
 
 // sinkScheme opens the sink for one --sink URL scheme.
@@ -62,6 +79,8 @@ type sinkScheme struct {
 var (
 	brokerOptions  = []sinkOption{optSource, optRoute}
 	webhookOptions = []sinkOption{optSource, optWebhook}
+	// A broker sink takes its CA and client certificate in the URL.
+	httpsOptions = []sinkOption{optSource, optWebhook, optWebhookTLS}
 )
 
 // sinkSchemes is every --sink URL scheme, in the order the help lists them.
@@ -71,7 +90,7 @@ var (
 var sinkSchemes = []sinkScheme{
 	{name: "stdout", open: openStdoutSink},
 	{name: "http", takes: webhookOptions, open: openWebhookSink},
-	{name: "https", takes: webhookOptions, open: openWebhookSink},
+	{name: "https", takes: httpsOptions, open: openWebhookSink},
 	{name: natssink.Scheme, takes: brokerOptions, tokenUser: true, open: brokerSink(natssink.ConfigFromURL,
 		func(c *natssink.Config) commonFields { return commonFields{&c.Router, &c.Source, &c.Logger} }, natssink.New)},
 	{name: kafkasink.Scheme, takes: brokerOptions, open: brokerSink(kafkasink.ConfigFromURL,
@@ -145,8 +164,15 @@ func openSink(ctx context.Context, raw string, o sinkOptions, r *redactor) (outb
 	}
 	s := sinkSchemes[i]
 	registerSinkSecrets(r, raw, s.tokenUser)
-	for _, opt := range []sinkOption{optSource, optRoute, optWebhook} {
-		if how, given := o.given[opt]; given && !slices.Contains(s.takes, opt) {
+	for _, opt := range []sinkOption{optSource, optRoute, optWebhook, optWebhookTLS} {
+		how, given := o.given[opt]
+		switch {
+		case !given || slices.Contains(s.takes, opt):
+		case opt == optWebhookTLS && s.name == "http":
+			return nil, usagef("%s needs an https:// --sink: plain http has no TLS; use https://, or remove it", how)
+		case opt == optWebhookTLS:
+			return nil, usagef("%s does not apply to the %s sink: it is for https webhooks; a broker sink takes its CA and client certificate in the --sink URL (see TLS in docs/brokers.md), so remove it", how, s.name)
+		default:
 			return nil, usagef("%s does not apply to the %s sink: %s; remove it", how, s.name, optionScope(opt))
 		}
 	}
@@ -216,19 +242,49 @@ func openStdoutSink(_ context.Context, _ string, o sinkOptions) (outbox.Sink, er
 }
 
 // openWebhookSink POSTs each event to the URL as a CloudEvent, signed with
-// --webhook-secret.
+// --webhook-secret, over TLS with --webhook-ca, --webhook-cert and
+// --webhook-key.
 func openWebhookSink(_ context.Context, raw string, o sinkOptions) (outbox.Sink, error) {
+	tlsCfg, err := o.webhookTLS()
+	if err != nil {
+		return nil, err
+	}
 	sink, err := webhooksink.New(webhooksink.Config{
 		URL:         raw,
 		Secret:      o.WebhookSecret,
 		Source:      o.Source,
 		Timeout:     o.Timeout,
 		Concurrency: o.Concurrency,
+		TLS:         tlsCfg,
 	})
 	if err != nil {
 		return nil, sinkConfigError(err)
 	}
 	return sink, nil
+}
+
+// webhookTLS reads the files --webhook-ca, --webhook-cert and
+// --webhook-key name into the webhook's TLS configuration, or returns nil
+// without them. An unusable file is a usage error naming the flag (or the
+// config file key) that set it.
+func (o sinkOptions) webhookTLS() (*tls.Config, error) {
+	files := sinkurl.TLSFiles{CA: o.WebhookCA, Cert: o.WebhookCert, Key: o.WebhookKey}
+	if files == (sinkurl.TLSFiles{}) {
+		return nil, nil
+	}
+	names := sinkurl.TLSNames{
+		CA: o.flagName("webhook-ca"), Cert: o.flagName("webhook-cert"), Key: o.flagName("webhook-key"),
+		Field: func(name string) string { return name },
+	}
+	c, err := files.Load(names)
+	if err != nil {
+		var ce *outbox.ConfigError
+		if errors.As(err, &ce) {
+			return nil, usagef("invalid %s: %v", ce.Field, ce.Err)
+		}
+		return nil, &usageError{err: err}
+	}
+	return c, nil
 }
 
 // sinkFlagNames maps sink Config fields to the relay flags that set them.

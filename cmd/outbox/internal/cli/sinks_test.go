@@ -104,6 +104,20 @@ func TestOpenSinkUsageErrors(t *testing.T) {
 		{"bad broker URL", "amqp://guest:Secr3t@rabbit/?exchange=x&bogus=1", sinkOptions{}, `invalid --sink: amqp://rabbit/: unknown option "bogus"`},
 		{"bad nats option", "nats://127.0.0.1:4222?ack_timeout=soon", sinkOptions{}, "invalid --sink:"},
 		{"kafka user without sasl", "kafka://u:Secr3t@127.0.0.1:9092", sinkOptions{}, "invalid --sink:"},
+		{"webhook TLS for a broker", "redis://127.0.0.1:6379/0", sinkOptions{given: map[sinkOption]string{optWebhookTLS: "--webhook-ca"}},
+			"--webhook-ca does not apply to the redis sink: it is for https webhooks; a broker sink takes its CA and client certificate in the --sink URL"},
+		{"webhook TLS over http", "http://h/x", sinkOptions{given: map[sinkOption]string{optWebhookTLS: "sink.webhook_ca (c.yaml:4)"}},
+			"sink.webhook_ca (c.yaml:4) needs an https:// --sink: plain http has no TLS"},
+		{"webhook CA missing", "https://u:Secr3t@h/x", sinkOptions{WebhookCA: "/nonexistent/ca.pem", given: map[sinkOption]string{optWebhookTLS: "--webhook-ca"}},
+			"invalid --webhook-ca: cannot read the CA file: open /nonexistent/ca.pem"},
+		{"webhook cert from the file without a key", "https://h/x", sinkOptions{WebhookCert: "/c.pem", name: func(flag string) string {
+			if flag == "webhook-cert" {
+				return "sink.webhook_cert (c.yaml:5)"
+			}
+			return "--" + flag
+		}}, "invalid sink.webhook_cert (c.yaml:5): is set without --webhook-key"},
+		{"rediss CA missing", "rediss://:Secr3t@h/0?tls_ca=/nonexistent/ca.pem", sinkOptions{}, "invalid --sink: invalid URL option tls_ca: cannot read the CA file"},
+		{"mqtt tls option", "mqtt://u:Secr3t@h?tls_ca=/ca.pem", sinkOptions{}, "invalid --sink: invalid URL option tls_ca: is for TLS but mqtt://h is a plain connection: use mqtts://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
