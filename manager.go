@@ -173,7 +173,8 @@ type PurgeParams struct {
 
 // Purge deletes finished events in batches, each its own short statement,
 // until none match; purging processed events also trims
-// outbox_events_archive. It returns how many it deleted.
+// outbox_events_archive, dropping whole partitions when it is partitioned.
+// It returns how many it deleted.
 func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (int64, error) {
 	if p.Status == "" {
 		p.Status = StatusProcessed
@@ -205,17 +206,5 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 		return total, nil
 	}
 	// Events a relay archived are processed history too.
-	for {
-		n, err := m.drv.PurgeArchiveBatch(ctx, p.OlderThan, p.BatchSize)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if progress != nil && n > 0 {
-			progress(total)
-		}
-		if n < int64(p.BatchSize) {
-			return total, nil
-		}
-	}
+	return m.purgeArchive(ctx, p, total, progress)
 }

@@ -117,6 +117,9 @@ func (r *Relay) Start(ctx context.Context) error {
 		wg.Go(func() { r.claimLoop(workCtx, i) })
 	}
 	wg.Go(func() { r.rescueLoop(workCtx) })
+	if p, ok := r.drv.(driver.ArchivePartitioner); ok && r.cfg.Retention == RetainArchive {
+		wg.Go(func() { r.archiveMaintenanceLoop(workCtx, p) })
+	}
 	if l, ok := r.drv.(driver.Listener); ok && r.cfg.Listen {
 		listenCtx, stopListen := context.WithCancel(workCtx)
 		wg.Go(func() {

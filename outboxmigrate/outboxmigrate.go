@@ -9,15 +9,61 @@ package outboxmigrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver"
 )
 
 // Config selects the schema to migrate.
 type Config struct {
 	// Schema holds outbox_events. Defaults to outbox.SchemaDefault.
 	Schema string
+	// PartitionArchive, when set, makes outbox_events_archive a table
+	// partitioned by range of processed_at, one partition per PeriodDaily
+	// or PeriodWeekly (UTC), so that purging it drops whole partitions
+	// instead of deleting rows. Existing archived rows stay, in one
+	// partition for everything before the next period. PostgreSQL only;
+	// once set, the period cannot be changed. Empty (the default) leaves
+	// the archive a plain table.
+	PartitionArchive Period
+}
+
+// Period is the span of one partition of a partitioned archive.
+type Period string
+
+// Partition periods.
+const (
+	// PeriodDaily is one partition per UTC day.
+	PeriodDaily Period = driver.PeriodDaily
+	// PeriodWeekly is one partition per ISO week, from Monday 00:00 UTC.
+	PeriodWeekly Period = driver.PeriodWeekly
+)
+
+// ErrPeriodChange is returned by Migrate when the archive is already
+// partitioned with another period than Config.PartitionArchive.
+var ErrPeriodChange = driver.ErrPeriodChange
+
+// ErrPartitionUnsupported is returned when Config.PartitionArchive is set
+// for a database other than PostgreSQL.
+var ErrPartitionUnsupported = fmt.Errorf("archive partitioning is PostgreSQL only: %w", errors.ErrUnsupported)
+
+// partitioner checks cfg.PartitionArchive and returns the driver's
+// partitioning, nil when none is asked for.
+func partitioner(drv driver.Driver, cfg Config) (driver.ArchivePartitioner, error) {
+	switch cfg.PartitionArchive {
+	case "":
+		return nil, nil
+	case PeriodDaily, PeriodWeekly:
+	default:
+		return nil, &outbox.ConfigError{Field: "PartitionArchive", Err: fmt.Errorf("unknown period %q: use daily or weekly", cfg.PartitionArchive)}
+	}
+	p, ok := drv.(driver.ArchivePartitioner)
+	if !ok {
+		return nil, ErrPartitionUnsupported
+	}
+	return p, nil
 }
 
 // Migration is one numbered schema change.
@@ -35,6 +81,21 @@ type Result struct {
 	Applied []Migration
 	// Version is the schema's version after the call.
 	Version int
+	// Archive reports the archive's partitioning when
+	// Config.PartitionArchive was set.
+	Archive ArchivePartitioning
+}
+
+// ArchivePartitioning reports what Migrate did to the archive's partitions.
+type ArchivePartitioning struct {
+	// Period is the archive's partition period.
+	Period Period
+	// Converted is true when this call turned the plain archive into a
+	// partitioned one.
+	Converted bool
+	// Created names the partitions this call created, oldest first (those
+	// of the conversion itself are not listed).
+	Created []string
 }
 
 // Migrate applies the migrations cfg.Schema lacks and reports them, under a
@@ -52,13 +113,30 @@ type Result struct {
 //     step: one that fails half way is not recorded, and what it created
 //     must be dropped by hand before the next run (the error names the
 //     migration).
+//
+// With Config.PartitionArchive it then partitions the archive and creates
+// the partitions ahead, in the same transaction; run again with the same
+// period, it only creates partitions that are missing.
 func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error) {
 	drv := db.Driver(cfg.Schema)
-	applied, err := drv.Migrate(ctx)
+	part, err := partitioner(drv, cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("outbox migrate: %w", err)
 	}
-	res := Result{}
+	var (
+		applied []driver.Migration
+		res     Result
+	)
+	if part != nil {
+		var pr driver.PartitionResult
+		applied, pr, err = part.MigratePartitioned(ctx, string(cfg.PartitionArchive))
+		res.Archive = ArchivePartitioning{Period: Period(pr.Period), Converted: pr.Converted, Created: pr.Created}
+	} else {
+		applied, err = drv.Migrate(ctx)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("outbox migrate: %w", err)
+	}
 	for _, m := range applied {
 		res.Applied = append(res.Applied, Migration(m))
 	}
@@ -71,7 +149,23 @@ func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error
 
 // SQL returns every migration for cfg.Schema as one script in the SQL of
 // db's database, ready to vendor.
+// It leaves out the archive's partitioning: see PartitionSQL.
 func SQL(db outbox.Database, cfg Config) string { return db.Driver(cfg.Schema).MigrationSQL() }
+
+// PartitionSQL returns the script that partitions the archive as
+// cfg.PartitionArchive says, to run after the one SQL returns. It computes
+// the partition boundaries from the database clock when it runs, and does
+// nothing when the archive already has that period. It needs no connection.
+func PartitionSQL(db outbox.Database, cfg Config) (string, error) {
+	part, err := partitioner(db.Driver(cfg.Schema), cfg)
+	if err != nil {
+		return "", fmt.Errorf("outbox migrate: %w", err)
+	}
+	if part == nil {
+		return "", nil
+	}
+	return part.PartitionSQL(string(cfg.PartitionArchive)), nil
+}
 
 // Version returns the highest migration applied to cfg.Schema, 0 when none.
 func Version(ctx context.Context, db outbox.Database, cfg Config) (int, error) {

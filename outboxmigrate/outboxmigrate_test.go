@@ -54,3 +54,63 @@ func TestSQLNeedsNoConnection(t *testing.T) {
 	require.Contains(t, sql, `CREATE TABLE "billing".outbox_events_archive (`)
 	require.NotContains(t, sql, "{{schema}}")
 }
+
+func TestPartitionArchiveChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := outbox.Postgres(nil)
+
+	// Nothing asked, nothing printed.
+	sql, err := outboxmigrate.PartitionSQL(pg, outboxmigrate.Config{Schema: "billing"})
+	require.NoError(t, err)
+	require.Empty(t, sql)
+	sql, err = outboxmigrate.PartitionSQL(pg, outboxmigrate.Config{Schema: "billing", PartitionArchive: outboxmigrate.PeriodDaily})
+	require.NoError(t, err)
+	require.Contains(t, sql, "PARTITION BY RANGE (processed_at)")
+	require.Contains(t, sql, "sch      text := 'billing';")
+
+	// Checked before connecting: a nil pool is never used.
+	var cfgErr *outbox.ConfigError
+	_, err = outboxmigrate.Migrate(ctx, pg, outboxmigrate.Config{PartitionArchive: "monthly"})
+	require.ErrorAs(t, err, &cfgErr)
+	require.Equal(t, "PartitionArchive", cfgErr.Field)
+	_, err = outboxmigrate.PartitionSQL(pg, outboxmigrate.Config{PartitionArchive: "hourly"})
+	require.ErrorAs(t, err, &cfgErr)
+
+	for _, db := range []outbox.Database{outbox.SQLite(nil), outbox.MySQL(nil)} {
+		_, err = outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{PartitionArchive: outboxmigrate.PeriodWeekly})
+		require.ErrorIs(t, err, outboxmigrate.ErrPartitionUnsupported)
+		_, err = outboxmigrate.PartitionSQL(db, outboxmigrate.Config{PartitionArchive: outboxmigrate.PeriodWeekly})
+		require.ErrorIs(t, err, outboxmigrate.ErrPartitionUnsupported)
+	}
+}
+
+func TestMigratePartitionArchive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := outbox.Postgres(testutil.Pool(t))
+	cfg := outboxmigrate.Config{Schema: testutil.EmptySchemaName(t), PartitionArchive: outboxmigrate.PeriodWeekly}
+
+	res, err := outboxmigrate.Migrate(ctx, db, cfg)
+	require.NoError(t, err)
+	require.Len(t, res.Applied, outboxmigrate.Latest(db).Version, "migrations and partitioning in one call")
+	require.Equal(t, outboxmigrate.ArchivePartitioning{Period: outboxmigrate.PeriodWeekly, Converted: true}, res.Archive)
+
+	again, err := outboxmigrate.Migrate(ctx, db, cfg)
+	require.NoError(t, err)
+	require.Empty(t, again.Applied)
+	require.Equal(t, outboxmigrate.ArchivePartitioning{Period: outboxmigrate.PeriodWeekly}, again.Archive)
+
+	cfg.PartitionArchive = outboxmigrate.PeriodDaily
+	_, err = outboxmigrate.Migrate(ctx, db, cfg)
+	require.ErrorIs(t, err, outboxmigrate.ErrPeriodChange)
+
+	// Without the option, migrate leaves a partitioned archive alone.
+	cfg.PartitionArchive = ""
+	_, err = outboxmigrate.Migrate(ctx, db, cfg)
+	require.NoError(t, err)
+	period, parts, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema}).ArchivePartitions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "weekly", period)
+	require.Len(t, parts, 1+4+1)
+}

@@ -65,6 +65,12 @@ func MigrationSQL(schema string) string {
 // an advisory lock per schema, so that two processes migrating at once apply
 // each migration exactly once. It returns the migrations it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migration, error) {
+	return migrate(ctx, pool, schema, nil)
+}
+
+// migrate is Migrate with then, when not nil, run in the same transaction
+// after the migrations.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, then func(pgx.Tx) error) ([]Migration, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -117,6 +123,9 @@ CREATE TABLE IF NOT EXISTS ` + versions + ` (
 				return err
 			}
 			applied = append(applied, m)
+		}
+		if then != nil {
+			return then(tx)
 		}
 		return nil
 	})

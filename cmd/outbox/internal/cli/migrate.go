@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -11,7 +12,10 @@ import (
 )
 
 func (a *app) migrateCommand() *cobra.Command {
-	var printSQL bool
+	var (
+		printSQL  bool
+		partition string
+	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox table in --schema",
@@ -21,16 +25,35 @@ PostgreSQL (creating the schema if needed) and SQLite; on MySQL/MariaDB, which
 commits each DDL statement, one step per migration (creating the database the
 schema names if needed). outbox_migrations records what was applied.
 
+With --partition-archive daily|weekly (PostgreSQL only) it also makes
+outbox_events_archive a table partitioned by processed_at, keeping its rows,
+so that outbox purge drops whole partitions of archived events instead of
+deleting rows. Relays with --retention archive create the partitions ahead;
+running this again with the same period creates any that are missing. The
+period cannot be changed afterwards.
+
 With --print it prints the migrations as one SQL script instead, without
 connecting, in the SQL of the database --database-url names (PostgreSQL when
 none is given): vendor it into goose, atlas or golang-migrate.`,
-		Args: cobra.NoArgs,
+		Example: "  outbox migrate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql",
+		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
-			cfg := outboxmigrate.Config{Schema: a.schema}
+			cfg := outboxmigrate.Config{Schema: a.schema, PartitionArchive: outboxmigrate.Period(partition)}
+			if partition != "" && cfg.PartitionArchive != outboxmigrate.PeriodDaily && cfg.PartitionArchive != outboxmigrate.PeriodWeekly {
+				return usagef("invalid --partition-archive %q: use daily or weekly", partition)
+			}
 			if printSQL {
 				// The script is generated offline, in the dialect the URL
 				// names (PostgreSQL without one): a Database without a pool.
-				a.stdout.printf("%s", outboxmigrate.SQL(offlineDatabase(a.databaseURLOrEnv()), cfg))
+				db := offlineDatabase(a.databaseURLOrEnv())
+				part, err := outboxmigrate.PartitionSQL(db, cfg)
+				if err != nil {
+					return partitionError(err)
+				}
+				a.stdout.printf("%s", outboxmigrate.SQL(db, cfg))
+				if part != "" {
+					a.stdout.printf("\n-- archive partitioning, outbox migrate --partition-archive %s\n%s", partition, part)
+				}
 				return nil
 			}
 			db, closer, _, err := a.openDatabase(cmd.Context(), "")
@@ -40,21 +63,46 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 			defer func() { _ = closer.Close() }()
 			res, err := outboxmigrate.Migrate(cmd.Context(), db, cfg)
 			if err != nil {
-				return err
+				return partitionError(err)
 			}
 			if len(res.Applied) == 0 {
 				a.stdout.printf("schema is up to date at version %d\n", res.Version)
+			} else {
+				for _, m := range res.Applied {
+					a.stdout.printf("applied migration %03d_%s to schema %q\n", m.Version, m.Name, a.schema)
+				}
+				a.stdout.printf("schema is now at version %d\n", res.Version)
+			}
+			if partition == "" {
 				return nil
 			}
-			for _, m := range res.Applied {
-				a.stdout.printf("applied migration %03d_%s to schema %q\n", m.Version, m.Name, a.schema)
+			if res.Archive.Converted {
+				a.stdout.printf("partitioned outbox_events_archive %s by processed_at, keeping its rows\n", partition)
+			} else {
+				a.stdout.printf("outbox_events_archive is already partitioned %s\n", partition)
 			}
-			a.stdout.printf("schema is now at version %d\n", res.Version)
+			for _, name := range res.Archive.Created {
+				a.stdout.printf("created partition %s\n", name)
+			}
 			return nil
 		}),
 	}
-	cmd.Flags().BoolVar(&printSQL, "print", false, "print the migrations as SQL instead of applying them (needs no database)")
+	f := cmd.Flags()
+	f.BoolVar(&printSQL, "print", false, "print the migrations as SQL instead of applying them (needs no database)")
+	f.StringVar(&partition, "partition-archive", "", "partition outbox_events_archive by processed_at: daily or weekly (PostgreSQL only)")
 	return cmd
+}
+
+// partitionError makes the operator's partitioning mistakes usage errors.
+func partitionError(err error) error {
+	switch {
+	case errors.Is(err, outboxmigrate.ErrPartitionUnsupported):
+		return usagef("invalid --partition-archive: archive partitioning is PostgreSQL only; leave the flag out for this database")
+	case errors.Is(err, outboxmigrate.ErrPeriodChange):
+		// errors.Unwrap drops outboxmigrate's "outbox migrate: " prefix.
+		return usagef("invalid --partition-archive: %w; use the archive's period or leave the flag out", errors.Unwrap(err))
+	}
+	return err
 }
 
 // databaseURLOrEnv is --database-url or $OUTBOX_DATABASE_URL, possibly

@@ -21,6 +21,12 @@ func (a *app) purgeCommand() *cobra.Command {
 so it never holds many locks. Processed events are aged by processed_at, failed
 ones by their last update.
 
+Purging processed events also trims outbox_events_archive. When the archive
+is partitioned (outbox migrate --partition-archive), purge drops every
+partition that lies wholly before the cutoff, after counting its rows, and
+deletes in batches only in the partition that straddles it; the count it
+prints is exact either way.
+
 DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 		Example: "  outbox purge --older-than 7d\n  outbox purge --older-than 30d --status failed",
 		Args:    cobra.NoArgs,
