@@ -12,10 +12,12 @@
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // The table gauges (outbox_events, outbox_oldest_pending_age_seconds) come
-// from Manager.EstimateStats, sampled on a scrape at most once per
-// SampleInterval and cached in between, so however often Prometheus scrapes,
-// the database answers one cheap query per interval. docs/observability.md
-// lists every series and suggests alert rules.
+// from Manager.EstimateStats, and the health gauges (outbox_table_*,
+// outbox_vacuum_horizon_*: bloat and what holds back vacuum) from
+// Manager.TableHealth, sampled on a scrape at most once per SampleInterval
+// and cached in between, so however often Prometheus scrapes, the database
+// answers a few cheap queries per interval. docs/observability.md lists
+// every series and suggests alert rules.
 package outboxprom
 
 import (
@@ -36,7 +38,7 @@ import (
 const (
 	// SampleIntervalDefault is how long sampled table gauges are reused.
 	SampleIntervalDefault = 5 * time.Second
-	// SampleTimeoutDefault bounds the statistics query of one sample.
+	// SampleTimeoutDefault bounds the statistics queries of one sample.
 	SampleTimeoutDefault = 5 * time.Second
 )
 
@@ -60,14 +62,14 @@ type Config struct {
 	// uses Prometheus's global default registry.
 	Registerer prometheus.Registerer
 	// Manager, when set, feeds the table gauges outbox_events and
-	// outbox_oldest_pending_age_seconds. Without it only the relay's
-	// metrics exist.
+	// outbox_oldest_pending_age_seconds and the health gauges
+	// (Manager.TableHealth). Without it only the relay's metrics exist.
 	Manager *outbox.Manager
 	// SampleInterval is how long one sample of the table gauges is served
 	// before a scrape takes a new one. Defaults to SampleIntervalDefault.
 	SampleInterval time.Duration
-	// SampleTimeout bounds the statistics query of one sample. Defaults to
-	// SampleTimeoutDefault.
+	// SampleTimeout bounds the statistics queries of one sample. Defaults
+	// to SampleTimeoutDefault.
 	SampleTimeout time.Duration
 	// Schema is the value of every series' schema label: the schema of the
 	// outbox table. Defaults to outbox.SchemaDefault.

@@ -26,15 +26,24 @@ type tableCollector struct {
 
 	events  *prometheus.Desc
 	age     *prometheus.Desc
+	health  healthDescs
 	errors  prometheus.Counter
-	queries atomic.Int64 // statistics queries run, for tests
+	queries atomic.Int64 // samples taken, for tests
 
-	// mu serializes sampling: concurrent scrapes wait for one query
-	// instead of each running their own.
+	// mu serializes sampling: concurrent scrapes wait for one sample
+	// instead of each taking their own.
 	mu        sync.Mutex
 	sampledAt time.Time
+	last      sample
+}
+
+// sample is one reading of the table's statistics and health; either may
+// fail alone.
+type sample struct {
 	stats     outbox.Stats
 	err       error
+	health    outbox.TableHealth
+	healthErr error
 }
 
 func newTableCollector(cfg Config) *tableCollector {
@@ -48,8 +57,9 @@ func newTableCollector(cfg Config) *tableCollector {
 		age: prometheus.NewDesc("outbox_oldest_pending_age_seconds",
 			"Seconds the oldest due pending event has waited: the publisher's lag. 0 when nothing is due.",
 			nil, labels),
+		health: newHealthDescs(labels),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_stats_errors_total",
-			Help:        "Samples of the table's statistics that failed; outbox_events and outbox_oldest_pending_age_seconds are absent until one succeeds.",
+			Help:        "Samples of the table's statistics or health that failed; the gauges of the part that failed are absent until a sample succeeds.",
 			ConstLabels: labels}),
 	}
 }
@@ -58,13 +68,14 @@ func newTableCollector(cfg Config) *tableCollector {
 func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.age
+	c.health.describe(ch)
 	c.errors.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
-	s, err := c.sample()
-	if err == nil {
+	smp := c.sample()
+	if s := smp.stats; smp.err == nil {
 		for _, v := range []struct {
 			status outbox.Status
 			n      int64
@@ -76,28 +87,39 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, s.OldestPendingAge.Seconds())
 	}
+	if smp.healthErr == nil {
+		c.health.collect(ch, smp.health)
+	}
 	c.errors.Collect(ch)
 }
 
-// sample returns the cached statistics, refreshing them first when they are
-// older than the interval. A failed sample is cached too, so a database
-// that is down is not asked again on every scrape.
-func (c *tableCollector) sample() (outbox.Stats, error) {
+// sample returns the cached statistics and health, refreshing them first
+// when they are older than the interval. A failed sample is cached too, so
+// a database that is down is not asked again on every scrape.
+func (c *tableCollector) sample() sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	if !c.sampledAt.IsZero() && now.Sub(c.sampledAt) < c.interval {
-		return c.stats, c.err
+		return c.last
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	c.queries.Add(1)
-	c.stats, c.err = c.mgr.EstimateStats(ctx)
-	c.sampledAt = now
-	if c.err != nil {
+	var smp sample
+	smp.stats, smp.err = c.mgr.EstimateStats(ctx)
+	smp.health, smp.healthErr = c.mgr.TableHealth(ctx)
+	c.sampledAt, c.last = now, smp
+	if smp.err != nil || smp.healthErr != nil {
 		c.errors.Inc()
-		c.log.Warn("sampling the outbox statistics failed; the table gauges are absent until a sample succeeds",
-			slog.String("error", c.err.Error()), slog.Duration("retry_in", c.interval))
 	}
-	return c.stats, c.err
+	if smp.err != nil {
+		c.log.Warn("sampling the outbox statistics failed; the table gauges are absent until a sample succeeds",
+			slog.String("error", smp.err.Error()), slog.Duration("retry_in", c.interval))
+	}
+	if smp.healthErr != nil && smp.err == nil { // the same cause, mostly: said once
+		c.log.Warn("reading the outbox table's health failed; its gauges are absent until a sample succeeds",
+			slog.String("error", smp.healthErr.Error()), slog.Duration("retry_in", c.interval))
+	}
+	return smp
 }

@@ -70,4 +70,7 @@ type Admin interface {
 	Leases(ctx context.Context) ([]Lease, error)
 	// Sample reads the counts and the insert counter.
 	Sample(ctx context.Context) (Sample, error)
+	// TableHealth reads the tables' storage and the vacuum horizon from
+	// the catalog and statistics, without scanning a table (health.go).
+	TableHealth(ctx context.Context) (TableHealth, error)
 }

@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"AdminSearchAndCount", testAdminSearch},
 		{"AdminActions", testAdminActions},
 		{"AdminLeasesAndSample", testAdminLeasesAndSample},
+		{"TableHealth", testTableHealth},
 		{"MigrateIsIdempotentAndSafeConcurrently", testMigrate},
 		{"MigrationSQLAppliesAsPrinted", testMigrationSQL},
 		{"RelaysEndToEnd", testRelaysEndToEnd},

@@ -92,6 +92,10 @@ type Dialect interface {
 	// InsertedCount returns a running count of rows inserted into
 	// outbox_events (the ID counter).
 	InsertedCount(ctx context.Context, q Querier, schema string) (int64, error)
+	// TableHealth reads the outbox tables' storage and what holds back
+	// their cleanup from the catalog, without scanning a table; the error
+	// wraps driver.ErrNoTable when outbox_events does not exist.
+	TableHealth(ctx context.Context, q Querier, schema string) (driver.TableHealth, error)
 	// Migrations returns the embedded migrations.
 	Migrations() []Migration
 	// MigrationSQL renders every migration for schema as one script.

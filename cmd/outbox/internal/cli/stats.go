@@ -35,11 +35,16 @@ func (a *app) statsCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Count events per status and show the relay's lag",
+		Short: "Count events per status and show the relay's lag and the table's health",
 		Long: `stats counts the events in each status and shows how long the oldest due
-pending event has waited: the relay's lag. With --json it prints one object
-with the keys pending, processing, processed, failed and
-oldest_pending_age_seconds.
+pending event has waited: the relay's lag. It also shows the outbox tables'
+health from the database's catalog: their size, the dead tuples vacuum has
+yet to remove (PostgreSQL), and the oldest transaction in the database,
+which keeps vacuum (InnoDB's purge on MySQL/MariaDB) from removing them.
+With --json it prints one object with the keys pending, processing,
+processed, failed, oldest_pending_age_seconds, tables, vacuum_horizon,
+innodb_history_length and sqlite_file; a figure the database does not
+report is null.
 
 With --watch it refreshes every --interval until interrupted, and adds the
 events written and published per second since the last refresh: on a
@@ -68,10 +73,14 @@ does; on a table with a long history, use a longer --interval.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, statsDocument(s))
+			h, err := m.TableHealth(cmd.Context())
+			if err != nil {
+				return err
 			}
-			return writeStats(a, s)
+			if asJSON {
+				return writeJSON(a.stdout, healthDocument(statsDocument(s), h))
+			}
+			return writeStats(a, s, h)
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -88,13 +97,21 @@ func statsDocument(s outbox.Stats) statsJSON {
 	}
 }
 
-func writeStats(a *app, s outbox.Stats) error {
-	return writeStatsTable(a.stdout, s, nil)
+func writeStats(a *app, s outbox.Stats, h outbox.TableHealth) error {
+	tw := newTable(a.stdout, 2)
+	statsRows(tw, s, nil)
+	healthRows(tw, h)
+	return tw.flush()
 }
 
 // writeStatsTable writes the stats, and the rates of flow when not nil.
 func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow) error {
 	tw := newTable(w, 2)
+	statsRows(tw, s, flow)
+	return tw.flush()
+}
+
+func statsRows(tw *table, s outbox.Stats, flow *outbox.Flow) {
 	tw.row("pending\t%d\n", s.Pending)
 	tw.row("processing\t%d\n", s.Processing)
 	tw.row("processed\t%d\n", s.Processed)
@@ -109,7 +126,6 @@ func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow) error {
 		tw.row("written\t%s\n", written)
 		tw.row("published\t%s\n", published)
 	}
-	return tw.flush()
 }
 
 // statsWatchJSON is one line of stats --watch --json.
