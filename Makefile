@@ -8,7 +8,7 @@ export PATH := $(PATH):/usr/local/go/bin
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-6s %s\n", $$1, $$2}'
 
-test: ## the whole suite as CI runs it: services, lint, go test -race ./...
+test: ## the whole suite as CI runs it: services, lint, go test -race (benchmarks once) ./...
 	./scripts/test
 
 lint: ## gofmt, go vet and golangci-lint, as CI runs them

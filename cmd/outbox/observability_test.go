@@ -270,6 +270,33 @@ func TestRelayOpenTelemetry(t *testing.T) {
 	require.Equal(t, "00-"+traceID+"-"+spanID+"-01", b.event(t, id).Headers["traceparent"])
 }
 
+// --otel=false wins over an OTLP endpoint in the environment.
+func TestRelayOpenTelemetryFlagOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const writerTrace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	id := b.write(t, outbox.Message{EventType: "order.created", Payload: map[string]int{"n": 1},
+		Headers: map[string]string{"traceparent": writerTrace}})[0]
+	c := newOTLPCollector(t)
+
+	p := start(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + c.URL, "OTEL_BSP_SCHEDULE_DELAY=50"},
+		"--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--sink", "stdout:",
+		"--poll-interval", "50ms", "--otel=false")
+	testutil.WaitFor(t, 30*time.Second, "the event published", func() bool {
+		require.False(t, p.exited(), "relay exited early; stderr:\n%s", p.stderr.String())
+		return b.event(t, id).Status == outbox.StatusProcessed
+	})
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
+	var printed struct {
+		Headers map[string]string `json:"headers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(p.stdout.String())), &printed), "stdout: %s", p.stdout.String())
+	require.Equal(t, writerTrace, printed.Headers["traceparent"], "no publish span replaced the writer's context")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.spans, "nothing is exported with --otel=false")
+}
+
 func TestObservabilityFlagErrors(t *testing.T) {
 	t.Parallel()
 	relay := []string{"--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:"}

@@ -50,12 +50,14 @@ type observability struct {
 func (o *observability) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics (and /healthz) at this host:port, such as :9464")
 	f.StringVar(&o.alertWebhook, "alert-webhook", "", "POST dead-lettered events to this URL, at most once per minute with a summary (default $"+EnvAlertWebhook+")")
-	f.BoolVar(&o.otel, "otel", false, "trace each publish with OpenTelemetry, exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say (on when $"+EnvOTLPEndpoint+" or $"+EnvOTLPTracesEndpoint+" is set)")
+	f.BoolVar(&o.otel, "otel", false, "trace each publish with OpenTelemetry, exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say (on when $"+EnvOTLPEndpoint+" or $"+EnvOTLPTracesEndpoint+" is set; --otel=false turns it off)")
 }
 
 // check validates the flags and registers the secrets they hold; its
-// errors are usage errors that never quote a URL.
-func (o *observability) check(r *redactor) error {
+// errors are usage errors that never quote a URL. otelGiven says whether
+// the operator set --otel (or the file's otel key): only when they did not
+// does an OTLP endpoint in the environment turn tracing on.
+func (o *observability) check(r *redactor, otelGiven bool) error {
 	if o.metricsAddr != "" {
 		host, port, err := net.SplitHostPort(o.metricsAddr)
 		n, perr := strconv.Atoi(port)
@@ -81,7 +83,9 @@ func (o *observability) check(r *redactor) error {
 		if raw == "" {
 			continue
 		}
-		o.otel = true
+		if !otelGiven {
+			o.otel = true
+		}
 		registerURLSecrets(r, raw)
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

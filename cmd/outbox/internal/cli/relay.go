@@ -156,7 +156,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if rf.sinkURL == "" {
 		return usagef("missing --sink: say where to publish, such as --sink stdout: or --sink nats://127.0.0.1:4222 (or set $%s, or sink.url in --config)", EnvSinkURL)
 	}
-	if err := rf.obs.check(a.redact); err != nil {
+	if err := rf.obs.check(a.redact, m.given("otel")); err != nil {
 		return err
 	}
 	a.redact.add(rf.so.WebhookSecret)
