@@ -127,6 +127,8 @@ type ReturnError struct {
 	Text       string // the broker's reply text
 }
 
+// Error names the event, the exchange and routing key, and how to give the
+// message a queue.
 func (e *ReturnError) Error() string {
 	exchange := "the default exchange"
 	hint := "declare a queue with that name"

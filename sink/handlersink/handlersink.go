@@ -182,6 +182,7 @@ type PanicError struct {
 	Stack     []byte // the panicking goroutine's stack, as runtime/debug.Stack formats it
 }
 
+// Error names the event and the panic value; the stack is in Stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("handlersink: handler for %q panicked on event %d: %v", e.EventType, e.EventID, e.Value)
 }

@@ -39,6 +39,8 @@ type StatusError struct {
 	endpoint string // redacted
 }
 
+// Error names the event, the redacted endpoint and the status, with what to
+// change for the statuses that have a usual cause.
 func (e *StatusError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhooksink: event %d: POST %s answered %d %s", e.EventID, e.endpoint, e.StatusCode, http.StatusText(e.StatusCode))
