@@ -26,6 +26,9 @@ func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake W
 		if err := s.createOrders(ctx); err != nil {
 			return err
 		}
+		if err := s.settle(ctx); err != nil {
+			return err
+		}
 		var err error
 		if rep.Table.Before, err = s.tableSize(ctx); err != nil {
 			return err

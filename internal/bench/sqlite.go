@@ -161,6 +161,11 @@ SELECT 'order.created', 'order', CAST(n AS TEXT), ? FROM g`, n, string(payload))
 	if err != nil {
 		return fmt.Errorf("pre-fill %d events: %w", n, err)
 	}
+	return s.settle(ctx)
+}
+
+// settle copies the WAL into the database file and empties it.
+func (s *sqliteScratch) settle(ctx context.Context) error {
 	if _, err := s.ctl.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

@@ -25,6 +25,9 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		if err := s.createOrders(ctx); err != nil {
 			return err
 		}
+		if err := s.settle(ctx); err != nil {
+			return err
+		}
 		half := r.cfg.Duration / 2
 		r.progress("steady (%s, wake %s): %d writers without a relay for %v", retention, wake, r.cfg.Writers, half)
 		alone, aloneTime, err := r.writeAlone(ctx, s, half)
@@ -32,6 +35,9 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 			return fmt.Errorf("steady: %w", err)
 		}
 		if err := s.truncate(ctx); err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+		if err := s.settle(ctx); err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
 		if rep.Table.Before, err = s.tableSize(ctx); err != nil {
@@ -75,6 +81,9 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		}
 
 		if err := s.truncate(ctx); err != nil {
+			return fmt.Errorf("steady: %w", err)
+		}
+		if err := s.settle(ctx); err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
 		r.progress("steady (%s, wake %s): %d writers without a relay for another %v", retention, wake, r.cfg.Writers, half)

@@ -63,6 +63,11 @@ type scratch interface {
 	// truncate empties orders, the outbox table and the archive, and
 	// restarts their IDs.
 	truncate(ctx context.Context) error
+	// settle writes out what earlier phases left in the database's
+	// buffers and log (a checkpoint where the database has one and the
+	// user may ask for it), so a phase does not pay for the one before it
+	// and no phase is more likely than another to meet a checkpoint.
+	settle(ctx context.Context) error
 	// createOrders creates the writers' business table.
 	createOrders(ctx context.Context) error
 	// pools returns a new, empty set of pools for one phase.
