@@ -22,6 +22,15 @@ type Relay struct {
 	drv  driver.Driver
 	log  *slog.Logger
 	wake chan struct{}
+	// turn is the light-traffic turn: the one token in it lets a claim loop
+	// whose last claim found less than a full batch claim again, so while
+	// events trickle in the loops take turns instead of each claiming on
+	// its own timer. next and nextWakeable, read and written only by the
+	// loop holding the turn, say when that claim may run and whether a
+	// wake-up may bring it forward.
+	turn         chan struct{}
+	next         time.Time
+	nextWakeable bool
 
 	batchHooks   []HookBatch
 	deadHooks    []HookDeadLetter
@@ -60,7 +69,9 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		drv:  db.Driver(cfg.Schema),
 		log:  cfg.Logger.With(slog.String("component", "outbox.relay"), slog.String("relay_id", cfg.RelayID)),
 		wake: make(chan struct{}, 1),
+		turn: make(chan struct{}, 1),
 	}
+	r.turn <- struct{}{}
 	for _, h := range cfg.Hooks {
 		if b, ok := h.(HookBatch); ok {
 			r.batchHooks = append(r.batchHooks, b)
@@ -236,16 +247,55 @@ func (r *Relay) sleep(d time.Duration, wakeable bool) bool {
 }
 
 // claimLoop claims, publishes and settles batches until the relay stops.
+//
+// While claims come back full, every loop claims again at once, so a
+// backlog drains with all of them. Once a claim comes back short the loops
+// take turns (Relay.turn): the one holding the turn waits until the next
+// claim is due (trailingClaimDelay after a short claim, PollInterval or a
+// wake-up after an empty one), claims, and hands the turn on before it
+// publishes. Light traffic then costs one claim per trailingClaimDelay for
+// the whole relay, not one per loop, with batches as big as the traffic
+// makes them, while publishing still runs in every loop at once.
 func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
 	failures := 0
+	full := false // the last claim filled a batch: claim without the turn
 	for !r.isStopping() {
+		holding := false
+		if !full {
+			select {
+			case <-r.turn:
+				holding = true
+			case <-r.stopping:
+				return
+			}
+			if wait := time.Until(r.next); wait > 0 && !r.sleep(wait, r.nextWakeable) {
+				r.turn <- struct{}{}
+				return
+			}
+		}
 		// A wake-up that arrived before this claim is answered by it: the
 		// writer committed before waking, so the claim sees the event.
 		r.drainWake()
 		start := time.Now()
 		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
 			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes})
+		n := len(claim.Events)
+		full = err == nil && n == r.cfg.BatchSize
+		if holding {
+			switch {
+			case err != nil || full:
+				r.next = time.Time{}
+			case n > 0:
+				// Events are flowing: claim again shortly, which also picks
+				// up what writers committed without a wake-up of their own.
+				// Wake-ups do not cut this short.
+				r.next, r.nextWakeable = time.Now().Add(min(trailingClaimDelay, r.cfg.PollInterval)), false
+			default:
+				r.next, r.nextWakeable = time.Now().Add(r.cfg.PollInterval), true
+			}
+			r.turn <- struct{}{}
+		}
 		if err != nil {
 			if r.isStopping() || ctx.Err() != nil {
 				return
@@ -262,21 +312,9 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			log.Info("claims resumed", slog.Int("failed_claims", failures))
 			failures = 0
 		}
-		wait, wakeable := r.cfg.PollInterval, true
-		if n := len(claim.Events); n > 0 {
+		if n > 0 {
 			log.Debug("claimed", slog.Int("batch_size", n))
 			r.handle(ctx, claim, time.Since(start))
-			if n == r.cfg.BatchSize {
-				continue // more are likely due: claim again at once
-			}
-			// Events are flowing: claim again shortly, which also picks up
-			// what writers committed without a wake-up of their own.
-			if trailingClaimDelay < wait {
-				wait, wakeable = trailingClaimDelay, false
-			}
-		}
-		if !r.sleep(wait, wakeable) {
-			return
 		}
 	}
 }

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +104,37 @@ func TestRelayTrailingClaimPicksUpUnnotifiedEvents(t *testing.T) {
 	b.write(t, 2, nil)
 	close(gate)
 	rec.WaitLen(t, 3, 10*time.Second)
+}
+
+// batchCounter counts the relay's batches.
+type batchCounter struct{ n atomic.Int64 }
+
+func (c *batchCounter) OnBatch(context.Context, outbox.BatchInfo) { c.n.Add(1) }
+
+// While events trickle in, the claim loops take turns: the whole relay
+// claims about once per trailing delay (5ms), however many loops it runs,
+// instead of every loop claiming on its own timer.
+func TestRelayLoopsTakeTurnsUnderLightTraffic(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	rec := outboxtest.NewRecorder()
+	batches := &batchCounter{}
+	r := b.start(t, outbox.RelayConfig{Sink: rec, Workers: 4, PollInterval: time.Hour,
+		Hooks: []outbox.Hook{batches}})
+	const events = 150
+	start := time.Now()
+	for range events {
+		b.write(t, 1, nil)
+		r.Wake()
+		time.Sleep(time.Millisecond)
+	}
+	rec.WaitLen(t, events, 10*time.Second)
+	elapsed := time.Since(start)
+	// One claim per 5ms at most, plus the claims that wake-ups bring
+	// forward after an empty one; four loops on timers of their own would
+	// claim nearly once per event.
+	limit := int64(elapsed/(5*time.Millisecond)) + 10
+	t.Logf("%d events in %v: %d batches", events, elapsed, batches.n.Load())
+	require.LessOrEqual(t, batches.n.Load(), min(limit, events*2/3),
+		"%d events in %v took %d batches", events, elapsed, batches.n.Load())
 }
