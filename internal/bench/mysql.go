@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/internal/driver/mysqldriver"
 )
 
 // mysqlStore runs each scenario in a scratch database of its own on a
@@ -32,8 +33,12 @@ var mysqlDialect = sqlDialect{
 	skipLocked: ` FOR UPDATE SKIP LOCKED`,
 	// The reference pool's sessions are READ COMMITTED already (see
 	// referenceParams).
-	begin: func(ctx context.Context, db *sql.DB) (sqlTx, error) { return db.BeginTx(ctx, nil) },
-	wrap:  outbox.MySQL,
+	begin:        func(ctx context.Context, db *sql.DB) (sqlTx, error) { return db.BeginTx(ctx, nil) },
+	wrap:         outbox.MySQL,
+	pendingIndex: mysqldriver.Dialect{}.Index("outbox_events_pending_idx"),
+	byID:         mysqldriver.Dialect{}.ByID(),
+	deleteFrom:   mysqldriver.Dialect{}.DeleteByID,
+	transient:    mysqldriver.Dialect{}.Transient,
 }
 
 // referenceParams make the reference loop's sessions READ COMMITTED: the

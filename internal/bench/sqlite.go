@@ -39,6 +39,7 @@ var sqliteDialect = sqlDialect{
 	skipLocked: "",
 	begin:      beginImmediate,
 	wrap:       outbox.SQLite,
+	deleteFrom: func(table string) string { return "DELETE FROM " + table },
 }
 
 func openSQLite(ctx context.Context, url *dburl.Config, prefix string) (*sqliteStore, error) {

@@ -20,6 +20,17 @@ type sqlDialect struct {
 	skipLocked string
 	// begin starts the reference claim's transaction.
 	begin func(ctx context.Context, db *sql.DB) (sqlTx, error)
+	// pendingIndex, byID and deleteFrom steer MySQL's optimizer as the
+	// driver does: the claim reads the pending index in order and stops
+	// at the limit; statements by an ID list look each ID up by primary
+	// key instead of scanning a small table (which locks rows other loops
+	// hold, and deadlocks them). deleteFrom(table) starts a DELETE.
+	pendingIndex, byID string
+	deleteFrom         func(table string) string
+	// transient reports an error after which the statement's transaction
+	// may simply run again (a deadlock victim), as any loop on that
+	// database must; nil when there is none.
+	transient func(error) bool
 	// wrap is the outbox.Database on db.
 	wrap func(db *sql.DB) outbox.Database
 }
@@ -138,29 +149,49 @@ func newSQLReference(db *sql.DB, d sqlDialect, t sqlTables, retention outbox.Ret
 		// Served by outbox_events_pending_idx: (available_at, id) among
 		// pending rows on SQLite, (status, available_at, id) on MySQL.
 		claimSQL: `SELECT id, event_type, coalesce(aggregate_type, ''), coalesce(aggregate_id, ''), payload, headers
-FROM ` + t.table + `
+FROM ` + t.table + d.pendingIndex + `
 WHERE status = 'pending' AND available_at <= ` + d.now + `
 ORDER BY available_at, id
 LIMIT ?` + d.skipLocked,
-		lockSQL: `UPDATE ` + t.table + ` SET status = 'processing', locked_until = ` + d.lease + ` WHERE id IN (`,
+		lockSQL: `UPDATE ` + t.table + d.byID + ` SET status = 'processing', locked_until = ` + d.lease + ` WHERE status = 'pending' AND id IN (`,
 	}
+	// The status tests only filter: they keep MySQL to the primary key
+	// (FORCE INDEX alone allows a full scan of it).
 	switch retention {
 	case outbox.RetainDelete:
-		r.markSQL = `DELETE FROM ` + t.table + ` WHERE id IN (`
+		r.markSQL = d.deleteFrom(t.table) + ` WHERE status = 'processing' AND id IN (`
 	case outbox.RetainArchive:
 		r.archiveSQL = `INSERT INTO ` + t.archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
     status, attempts, max_attempts, last_error, available_at, created_at, updated_at, processed_at)
 SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
     'processed', attempts, max_attempts, last_error, available_at, created_at, ` + d.now + `, ` + d.now + `
-FROM ` + t.table + ` WHERE id IN (`
-		r.markSQL = `DELETE FROM ` + t.table + ` WHERE id IN (`
+FROM ` + t.table + d.byID + ` WHERE status = 'processing' AND id IN (`
+		r.markSQL = d.deleteFrom(t.table) + ` WHERE status = 'processing' AND id IN (`
 	default:
-		r.markSQL = `UPDATE ` + t.table + ` SET status = 'processed', processed_at = ` + d.now + ` WHERE id IN (`
+		r.markSQL = `UPDATE ` + t.table + d.byID + ` SET status = 'processed', processed_at = ` + d.now + ` WHERE status = 'processing' AND id IN (`
 	}
 	return r
 }
 
+// retry runs op again, up to 3 times in all, while it fails with a
+// transient error.
+func (r *sqlReference) retry(op func() error) error {
+	err := op()
+	for try := 1; try < 3 && err != nil && r.d.transient != nil && r.d.transient(err); try++ {
+		err = op()
+	}
+	return err
+}
+
 func (r *sqlReference) claim(ctx context.Context, n int) (events []outbox.Event, err error) {
+	err = r.retry(func() (err error) {
+		events, err = r.claimOnce(ctx, n)
+		return err
+	})
+	return events, err
+}
+
+func (r *sqlReference) claimOnce(ctx context.Context, n int) (events []outbox.Event, err error) {
 	tx, err := r.d.begin(ctx, r.db)
 	if err != nil {
 		return nil, err
@@ -209,7 +240,15 @@ func (r *sqlReference) selectDue(ctx context.Context, tx sqlTx, n int) ([]outbox
 	return events, rows.Err()
 }
 
-func (r *sqlReference) mark(ctx context.Context, ids []int64) (int64, error) {
+func (r *sqlReference) mark(ctx context.Context, ids []int64) (n int64, err error) {
+	err = r.retry(func() (err error) {
+		n, err = r.markOnce(ctx, ids)
+		return err
+	})
+	return n, err
+}
+
+func (r *sqlReference) markOnce(ctx context.Context, ids []int64) (int64, error) {
 	q, args := inList(r.markSQL, ids)
 	if r.archiveSQL == "" {
 		res, err := r.db.ExecContext(ctx, q, args...)
