@@ -97,19 +97,9 @@ func (m *Manager) purgeArchive(ctx context.Context, p PurgeParams, total int64, 
 			return total + n, err
 		}
 	}
-	for {
-		n, err := m.drv.PurgeArchiveBatch(ctx, p.OlderThan, p.BatchSize)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if progress != nil && n > 0 {
-			progress(total)
-		}
-		if n < int64(p.BatchSize) {
-			return total, nil
-		}
-	}
+	return inBatches(total, p.BatchSize, progress, func() (int64, error) {
+		return m.drv.PurgeArchiveBatch(ctx, p.OlderThan, p.BatchSize)
+	})
 }
 
 // archiveMaintenanceLoop keeps the partitions ahead of a partitioned

@@ -188,9 +188,22 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 	if p.BatchSize <= 0 {
 		p.BatchSize = PurgeBatchSizeDefault
 	}
-	var total int64
+	total, err := inBatches(0, p.BatchSize, progress, func() (int64, error) {
+		return m.drv.PurgeBatch(ctx, driver.PurgeParams{Status: string(p.Status), OlderThan: p.OlderThan, BatchSize: p.BatchSize})
+	})
+	if err != nil || p.Status != StatusProcessed {
+		return total, err
+	}
+	// Events a relay archived are processed history too.
+	return m.purgeArchive(ctx, p, total, progress)
+}
+
+// inBatches runs batch until it removes fewer than size rows, adding what
+// each removes to total and reporting the sum to progress (when not nil)
+// after every batch that removed any.
+func inBatches(total int64, size int, progress Progress, batch func() (int64, error)) (int64, error) {
 	for {
-		n, err := m.drv.PurgeBatch(ctx, driver.PurgeParams{Status: string(p.Status), OlderThan: p.OlderThan, BatchSize: p.BatchSize})
+		n, err := batch()
 		if err != nil {
 			return total, err
 		}
@@ -198,13 +211,8 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 		if progress != nil && n > 0 {
 			progress(total)
 		}
-		if n < int64(p.BatchSize) {
-			break
+		if n < int64(size) {
+			return total, nil
 		}
 	}
-	if p.Status != StatusProcessed {
-		return total, nil
-	}
-	// Events a relay archived are processed history too.
-	return m.purgeArchive(ctx, p, total, progress)
 }
