@@ -43,7 +43,7 @@ type Relay struct {
 	done     chan struct{}      // closed when every goroutine has returned
 }
 
-// trailingClaimDelay is how soon a loop claims again after a claim that
+// trailingClaimDelay is how soon the relay claims again after a claim that
 // found events but not a full batch. Wake-ups do not cut this wait short:
 // while events flow, one claim every few milliseconds delivers them all with
 // a fraction of the round trips (and of the writers' lost throughput) that a

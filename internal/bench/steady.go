@@ -34,10 +34,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		if err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
-		if err := s.truncate(ctx); err != nil {
-			return fmt.Errorf("steady: %w", err)
-		}
-		if err := s.settle(ctx); err != nil {
+		if err := emptyAndSettle(ctx, s); err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
 		if rep.Table.Before, err = s.tableSize(ctx); err != nil {
@@ -80,10 +77,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 			return err
 		}
 
-		if err := s.truncate(ctx); err != nil {
-			return fmt.Errorf("steady: %w", err)
-		}
-		if err := s.settle(ctx); err != nil {
+		if err := emptyAndSettle(ctx, s); err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}
 		r.progress("steady (%s, wake %s): %d writers without a relay for another %v", retention, wake, r.cfg.Writers, half)
@@ -107,6 +101,15 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		return nil
 	})
 	return rep, err
+}
+
+// emptyAndSettle starts one of steady's phases afresh: empty tables, and
+// nothing of the phase before left to write out.
+func emptyAndSettle(ctx context.Context, s scratch) error {
+	if err := s.truncate(ctx); err != nil {
+		return err
+	}
+	return s.settle(ctx)
 }
 
 // writeAlone runs the writers without a relay for d, on connections of their
