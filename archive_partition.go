@@ -83,18 +83,20 @@ func (m *Manager) ArchivePartitions(ctx context.Context) (string, []ArchiveParti
 	return period, out, nil
 }
 
-// purgeArchive trims outbox_events_archive for Purge: by dropping whole
-// partitions when it is partitioned, else by batched deletes. total is what
-// Purge removed before, for progress.
+// purgeArchive trims outbox_events_archive for Purge: a partitioned archive
+// first loses its partitions wholly before the cutoff, then the rows left
+// before it (in partitions straddling the cutoff, or in a plain archive) go
+// in batched deletes. total is what Purge removed before, for progress.
 func (m *Manager) purgeArchive(ctx context.Context, p PurgeParams, total int64, progress Progress) (int64, error) {
 	if pp, ok := m.drv.(driver.ArchivePartitioner); ok {
-		n, partitioned, err := pp.PurgeArchivePartitions(ctx, p.OlderThan, p.BatchSize, func(done int64) {
+		n, _, err := pp.PurgeArchivePartitions(ctx, p.OlderThan, func(done int64) {
 			if progress != nil {
 				progress(total + done)
 			}
 		})
-		if err != nil || partitioned {
-			return total + n, err
+		total += n
+		if err != nil {
+			return total, err
 		}
 	}
 	return inBatches(total, p.BatchSize, progress, func() (int64, error) {

@@ -63,11 +63,11 @@ type ArchivePartitioner interface {
 	// ArchivePartitions lists the archive's partitions, oldest first, and
 	// the period; both are empty when the archive is not partitioned.
 	ArchivePartitions(ctx context.Context) (string, []ArchivePartition, error)
-	// PurgeArchivePartitions removes archived events processed more than
-	// olderThan ago from a partitioned archive: it drops each partition
-	// that lies wholly before the cutoff and deletes in batches from the
-	// partitions that straddle it. It reports the running count of removed
-	// rows to progress (may be nil) and returns the total; ok is false
-	// (and nothing is done) when the archive is not partitioned.
-	PurgeArchivePartitions(ctx context.Context, olderThan time.Duration, batchSize int, progress func(int64)) (n int64, ok bool, err error)
+	// PurgeArchivePartitions drops each partition of a partitioned archive
+	// that lies wholly before now minus olderThan (by the database clock),
+	// leaving the rows of the partitions that straddle the cutoff to
+	// PurgeArchiveBatch. It reports the running count of removed rows to
+	// progress (may be nil) and returns the total; ok is false (and nothing
+	// is done) when the archive is not partitioned.
+	PurgeArchivePartitions(ctx context.Context, olderThan time.Duration, progress func(int64)) (n int64, ok bool, err error)
 }

@@ -241,7 +241,7 @@ func describePeriod(p string) string {
 }
 
 // archive is the quoted, schema-qualified archive table.
-func (d *Driver) archive() string { return pgx.Identifier{d.schema, archiveName}.Sanitize() }
+func (d *Driver) archive() string { return d.ident(archiveName) }
 
 // ident quotes a table of the driver's schema.
 func (d *Driver) ident(name string) string { return pgx.Identifier{d.schema, name}.Sanitize() }
@@ -329,9 +329,13 @@ func (d *Driver) unknownPeriod() error {
 		d.archive(), periodComment)
 }
 
-// MaintainArchive creates the partitions ahead in its own transaction.
+// MaintainArchive creates the partitions ahead in its own transaction. On a
+// plain archive it is one catalog read and no transaction.
 func (d *Driver) MaintainArchive(ctx context.Context) (driver.PartitionResult, error) {
 	var res driver.PartitionResult
+	if st, err := d.archiveState(ctx, d.pool); err != nil || !st.partitioned {
+		return res, err
+	}
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		res = driver.PartitionResult{}
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+maintainLockTimeout+`'`); err != nil {
@@ -438,21 +442,14 @@ INSERT INTO `+part+` SELECT * FROM moved`, lo, hi)
 	return moved, nil
 }
 
-// PurgeArchivePartitions drops the partitions wholly before the cutoff and
-// deletes old rows in batches from the ones that straddle it.
-func (d *Driver) PurgeArchivePartitions(ctx context.Context, olderThan time.Duration, batchSize int, progress func(int64)) (int64, bool, error) {
+// PurgeArchivePartitions drops the partitions wholly before the cutoff.
+func (d *Driver) PurgeArchivePartitions(ctx context.Context, olderThan time.Duration, progress func(int64)) (int64, bool, error) {
 	st, err := d.archiveState(ctx, d.pool)
 	if err != nil || !st.partitioned {
 		return 0, false, err
 	}
 	cutoff := st.now.Add(-olderThan)
 	var total int64
-	report := func(n int64) {
-		total += n
-		if progress != nil && n > 0 {
-			progress(total)
-		}
-	}
 	for _, p := range st.partitions {
 		if p.Default || p.To.After(cutoff) {
 			continue
@@ -461,30 +458,9 @@ func (d *Driver) PurgeArchivePartitions(ctx context.Context, olderThan time.Dura
 		if err != nil {
 			return total, true, fmt.Errorf("drop partition %s: %w", d.ident(p.Name), err)
 		}
-		report(n)
-	}
-	for _, p := range st.partitions {
-		dropped := !p.Default && p.To.Compare(cutoff) <= 0
-		newer := !p.Default && !p.From.IsZero() && p.From.Compare(cutoff) >= 0
-		if dropped || newer {
-			continue
-		}
-		// The partition straddles the cutoff (or is the default one): delete
-		// in batches, each its own short statement, reading only it.
-		part := d.ident(p.Name)
-		sqlText := `DELETE FROM ` + part + `
-WHERE processed_at < $1 AND id = ANY(ARRAY(
-    SELECT id FROM ` + part + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2
-))`
-		for {
-			tag, err := d.pool.Exec(ctx, sqlText, cutoff, batchSize)
-			if err != nil {
-				return total, true, wrap(err)
-			}
-			report(tag.RowsAffected())
-			if tag.RowsAffected() < int64(batchSize) {
-				break
-			}
+		total += n
+		if progress != nil && n > 0 {
+			progress(total)
 		}
 	}
 	return total, true, nil

@@ -1,7 +1,9 @@
 package pgdriver_test
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,7 +215,7 @@ func TestMaintainArchive(t *testing.T) {
 func TestPurgeArchivePartitions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	n, ok, err := b.drv.PurgeArchivePartitions(b.ctx, time.Hour, 10, nil)
+	n, ok, err := b.drv.PurgeArchivePartitions(b.ctx, time.Hour, nil)
 	require.NoError(t, err)
 	require.False(t, ok, "a plain archive is purged row by row")
 	require.Zero(t, n)
@@ -239,22 +241,34 @@ func TestPurgeArchivePartitions(t *testing.T) {
 	b.archiveRows(t, ages...)
 	require.Len(t, b.rowsByPartition(t), 11)
 
-	// Cut at noon five days ago: days 6-10 go whole, day 5 loses its
-	// 06:00 row.
+	// Cut at noon five days ago: days 6-10 go whole; day 5's 06:00 row is
+	// left to the batched purge, which reads only the partitions left
+	// before the cutoff.
 	cutoff := today.AddDate(0, 0, -5).Add(12 * time.Hour)
 	var progress []int64
-	n, ok, err = b.drv.PurgeArchivePartitions(b.ctx, now.Sub(cutoff), 1, func(done int64) { progress = append(progress, done) })
+	n, ok, err = b.drv.PurgeArchivePartitions(b.ctx, now.Sub(cutoff), func(done int64) { progress = append(progress, done) })
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.EqualValues(t, 11, n)
-	require.Equal(t, []int64{2, 4, 6, 8, 10, 11}, progress)
+	require.EqualValues(t, 10, n)
+	require.Equal(t, []int64{2, 4, 6, 8, 10}, progress)
+	require.Len(t, b.rowsByPartition(t), 6)
+	_, after, err := b.drv.ArchivePartitions(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, today.AddDate(0, 0, -5), after[0].From.UTC(), "the dropped partitions are gone")
+
+	olderThan := b.dbNow(t).Sub(cutoff)
+	var plan string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `EXPLAIN (FORMAT JSON) `+pgdriver.PurgeArchiveSQL(b.drv), olderThan.Milliseconds(), 10).Scan(&plan))
+	// Only day 5's partition and the default one are read, by the batch's
+	// select and by the delete; the rest are pruned when it starts.
+	require.Equal(t, 2, strings.Count(plan, fmt.Sprintf(`"Subplans Removed": %d`, len(after)-2)), plan)
+	n, err = b.drv.PurgeArchiveBatch(b.ctx, olderThan, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
 
 	left := b.rowsByPartition(t)
 	require.Len(t, left, 6)
 	require.Equal(t, 1, left["outbox_events_archive_"+today.AddDate(0, 0, -5).Format("20060102")])
-	_, after, err := b.drv.ArchivePartitions(b.ctx)
-	require.NoError(t, err)
-	require.Equal(t, today.AddDate(0, 0, -5), after[0].From.UTC(), "the dropped partitions are gone")
 	var rows int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+b.archive()).Scan(&rows))
 	require.Equal(t, 22-11, rows)

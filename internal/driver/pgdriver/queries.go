@@ -89,8 +89,11 @@ INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, paylo
 SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
     'processed', attempts, max_attempts, last_error, available_at, locked_by, created_at, now(), now()
 FROM moved`
+	// The outer processed_at condition lets a partitioned archive prune to
+	// the partitions that straddle the cutoff (the ones wholly before it
+	// are dropped, not purged row by row).
 	q.purgeArchive = `DELETE FROM ` + archive + `
-WHERE id = ANY(ARRAY(
+WHERE processed_at < now() - $1::bigint * interval '1 millisecond' AND id = ANY(ARRAY(
     SELECT id FROM ` + archive + `
     WHERE processed_at < now() - $1::bigint * interval '1 millisecond'
     ORDER BY processed_at
