@@ -46,13 +46,16 @@ func exitCode(err error) int {
 	}
 }
 
-// errorMessage is what the operator reads for err.
-func errorMessage(err error) string {
+// errorMessage is what the operator reads for err. interrupted says the
+// command's context was cancelled (by a signal): the error it caused need
+// not wrap context.Canceled (a database driver may report the connection it
+// closed on cancellation as bad).
+func errorMessage(err error, interrupted bool) string {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, outbox.ErrNoTable) && !strings.Contains(msg, "outbox migrate"):
 		msg += " (run outbox migrate)"
-	case errors.Is(err, context.Canceled):
+	case interrupted || errors.Is(err, context.Canceled):
 		msg = "interrupted: " + msg
 	}
 	return msg
