@@ -161,12 +161,13 @@ func TestSteady(t *testing.T) {
 			require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.WriterTPSWithRelay, 1e-6)
 			require.GreaterOrEqual(t, rep.Seconds, time.Second.Seconds())
 			// The relay delivered what the writers committed, less the backlog.
-			require.Positive(t, rep.EventsPerS)
 			require.LessOrEqual(t, rep.EventsPerS*rep.Seconds, float64(rep.Events)+0.5)
 			require.GreaterOrEqual(t, rep.BacklogEnd, int64(0))
 			if kind != sqlite {
 				// SQLite's write lock is not fair: writers running flat out
-				// can hold the relay off for a while, so its backlog swings.
+				// can hold the relay off for a while (in CI once for the
+				// whole second), so its deliveries and backlog swing.
+				require.Positive(t, rep.EventsPerS)
 				require.False(t, rep.BacklogGrew, "2 writers cannot outrun the relay: backlog %d at the end, %d halfway", rep.BacklogEnd, rep.BacklogMid)
 			}
 			require.Zero(t, rep.Duplicates)
