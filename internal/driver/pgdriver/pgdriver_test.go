@@ -64,6 +64,76 @@ func claimIDs(c driver.Claim) []int64 {
 	return ids
 }
 
+// A claim copies each event's columns out of the driver's buffers: they
+// hold the next row by the time the sink sees the batch.
+func TestClaimEventsAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 300
+	b.insertVaried(t, n, 1)
+	c := b.claim(t, "r", n, time.Minute)
+	require.Len(t, c.Events, n)
+	for i, e := range c.Events {
+		require.Equal(t, fmt.Sprintf("type.%d", i), e.EventType)
+		require.Equal(t, "agg"+strings.Repeat("x", i%7), e.AggregateType)
+		require.Equal(t, fmt.Sprint(i*7), e.AggregateID)
+		require.JSONEq(t, fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("p", i)), string(e.Payload))
+		require.Equal(t, fmt.Sprintf("key-%d-0", i), e.IdempotencyKey)
+		if i%100 == 0 {
+			require.Equal(t, map[string]string{"h": fmt.Sprint(i)}, e.Headers)
+		} else {
+			require.Nil(t, e.Headers)
+		}
+		require.Equal(t, len(e.Payload), cap(e.Payload), "a sink's append to a payload must not overwrite the next")
+	}
+}
+
+// A claim allocates per batch, not per event. Not parallel: AllocsPerRun
+// counts the whole process's allocations.
+func TestClaimAllocatesPerBatch(t *testing.T) {
+	b := setup(t)
+	const n = 300
+	b.insertVaried(t, n, 3)
+	allocs := testing.AllocsPerRun(2, func() {
+		c, err := b.drv.Claim(b.ctx, driver.ClaimParams{RelayID: "r", BatchSize: n, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, c.Events, n)
+	})
+	t.Logf("%.0f allocations per claim of %d events", allocs, n)
+	// Per event: nothing but the three events' headers; per batch: the
+	// arena's buffers, the growing event slice and pgx's own.
+	require.Less(t, allocs, float64(n)/4, "allocations per claim of %d events", n)
+}
+
+// insertVaried inserts rounds batches of n events whose columns differ
+// from event to event; every hundredth has headers.
+func (b bundle) insertVaried(t *testing.T, n, rounds int) {
+	t.Helper()
+	events := make([]driver.NewEvent, n)
+	for i := range events {
+		events[i] = driver.NewEvent{EventType: fmt.Sprintf("type.%d", i), AggregateType: "agg" + strings.Repeat("x", i%7),
+			AggregateID: fmt.Sprint(i * 7), Payload: []byte(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("p", i))),
+			Headers: []byte(`{}`), IdempotencyKey: fmt.Sprintf("key-%d", i)}
+		if i%100 == 0 {
+			events[i].Headers = []byte(fmt.Sprintf(`{"h":"%d"}`, i))
+		}
+	}
+	ins := pgdriver.NewInsert(b.schema)
+	keys := make([]string, n)
+	for i := range events {
+		keys[i] = events[i].IdempotencyKey
+	}
+	for round := range rounds {
+		for i := range events {
+			events[i].IdempotencyKey = fmt.Sprintf("%s-%d", keys[i], round)
+		}
+		rows, err := b.pool.Query(b.ctx, ins.SQL, ins.Args(events)...)
+		require.NoError(t, err)
+		rows.Close()
+		require.NoError(t, rows.Err())
+	}
+}
+
 func TestClaimTakesExactlyTheLimitInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
