@@ -44,6 +44,14 @@ func TestMigrate(t *testing.T) {
 
 	// The migrated table is what the relay and the manager expect.
 	require.NoError(t, outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema}).Ping(ctx))
+
+	// Storage settings for a table whose rows are rewritten twice soon
+	// after they are written (docs/operations.md#autovacuum).
+	var opts []string
+	require.NoError(t, testutil.Pool(t).QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE oid = to_regclass($1)`,
+		`"`+cfg.Schema+`".outbox_events`).Scan(&opts))
+	require.ElementsMatch(t, []string{"fillfactor=80", "autovacuum_vacuum_scale_factor=0.02", "autovacuum_vacuum_insert_scale_factor=0.05",
+		"autovacuum_analyze_scale_factor=0.02", "autovacuum_vacuum_cost_delay=0"}, opts)
 }
 
 func TestSQLNeedsNoConnection(t *testing.T) {
