@@ -81,15 +81,7 @@ FROM generate_series(1, $1) g`, total)
 	want := int64(total) * 9 / 10
 
 	start := time.Now()
-	var deleted int64
-	for {
-		n, err := plain.drv.PurgeArchiveBatch(plain.ctx, olderThan, 1000)
-		require.NoError(t, err)
-		deleted += n
-		if n < 1000 {
-			break
-		}
-	}
+	deleted := plain.purgeArchiveBatches(t, olderThan)
 	deleteTime := time.Since(start)
 	// Each batch takes its cutoff from now(): rows that age past it during
 	// the purge go too.
@@ -109,14 +101,7 @@ FROM generate_series(1, $1) g`, total)
 	require.True(t, ok)
 	// As outbox purge does: what aged past the cutoff in the straddling
 	// partition goes in batches.
-	for {
-		n, err := parted.drv.PurgeArchiveBatch(parted.ctx, olderThan, 1000)
-		require.NoError(t, err)
-		dropped += n
-		if n < 1000 {
-			break
-		}
-	}
+	dropped += parted.purgeArchiveBatches(t, olderThan)
 	dropTime := time.Since(start)
 	require.GreaterOrEqual(t, dropped, want)
 
@@ -133,4 +118,19 @@ FROM generate_series(1, $1) g`, total)
 	t.Logf("| partitioned daily, %d partitions dropped | %d | %v | %d | %s | %s |", days-1, dropped, dropTime.Round(time.Millisecond),
 		afterParted.dead, mib(beforeParted.size), mib(afterParted.size))
 	t.Logf("counting the %d rows of those partitions alone: %v", counted, countTime.Round(time.Millisecond))
+}
+
+// purgeArchiveBatches deletes archived rows older than olderThan in batches
+// of 1000, as outbox purge does, and returns how many went.
+func (b bundle) purgeArchiveBatches(t *testing.T, olderThan time.Duration) int64 {
+	t.Helper()
+	var total int64
+	for {
+		n, err := b.drv.PurgeArchiveBatch(b.ctx, olderThan, 1000)
+		require.NoError(t, err)
+		total += n
+		if n < 1000 {
+			return total
+		}
+	}
 }

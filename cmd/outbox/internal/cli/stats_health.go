@@ -62,8 +62,8 @@ func healthDocument(s statsJSON, h outbox.TableHealth) statsHealthJSON {
 	for i, t := range h.Tables {
 		doc.Tables[i] = tableJSON{Table: t.Table, LiveRows: t.LiveRows, DeadTuples: t.DeadTuples, Bytes: t.Bytes, FreeBytes: t.FreeBytes}
 		if v := t.Vacuum; v != nil {
-			doc.Tables[i].Vacuum = &vacuumJSON{LastVacuum: timeOrNil(v.LastVacuum), LastAutovacuum: timeOrNil(v.LastAutovacuum),
-				LastAnalyze: timeOrNil(v.LastAnalyze), LastAutoanalyze: timeOrNil(v.LastAutoanalyze)}
+			doc.Tables[i].Vacuum = &vacuumJSON{LastVacuum: optionalTime(v.LastVacuum), LastAutovacuum: optionalTime(v.LastAutovacuum),
+				LastAnalyze: optionalTime(v.LastAnalyze), LastAutoanalyze: optionalTime(v.LastAutoanalyze)}
 		}
 	}
 	if hz := h.Horizon; hz != nil {
@@ -76,14 +76,6 @@ func healthDocument(s statsJSON, h outbox.TableHealth) statsHealthJSON {
 		doc.SQLiteFile = &sqliteFileJSON{Bytes: f.Bytes, FreeBytes: f.FreeBytes, WALBytes: f.WALBytes}
 	}
 	return doc
-}
-
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	t = t.UTC()
-	return &t
 }
 
 // healthRows adds the tables' health to the stats table, leaving out what
