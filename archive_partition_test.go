@@ -76,3 +76,55 @@ func TestArchivePartitionsArePostgresOnly(t *testing.T) {
 	_, _, err = m.ArchivePartitions(t.Context())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
+
+// Purge on a partitioned archive drops the partitions wholly before the
+// cutoff, then deletes the old rows of the one that straddles it, with one
+// running count across both.
+func TestPurgeDropsArchivePartitions(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	_, err := outboxmigrate.Migrate(b.ctx, b.db, outboxmigrate.Config{Schema: b.schema, PartitionArchive: outboxmigrate.PeriodDaily})
+	require.NoError(t, err)
+	_, parts, err := b.mgr.ArchivePartitions(b.ctx)
+	require.NoError(t, err)
+	ident := func(name string) string { return pgx.Identifier{b.schema, name}.Sanitize() }
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := b.pool.Exec(b.ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	// Days as maintenance would have made them: today's, and one for each
+	// of the three days before.
+	exec(`DROP TABLE ` + ident(parts[0].Name))
+	_, err = b.mgr.MaintainArchive(b.ctx)
+	require.NoError(t, err)
+	var today, now time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', now()`).Scan(&today, &now))
+	for i := 1; i <= 3; i++ {
+		lo := today.AddDate(0, 0, -i)
+		exec(`CREATE TABLE ` + ident("outbox_events_archive_"+lo.UTC().Format("20060102")) + ` PARTITION OF ` + ident("outbox_events_archive") +
+			` FOR VALUES FROM ('` + lo.Format(time.RFC3339) + `') TO ('` + lo.AddDate(0, 0, 1).Format(time.RFC3339) + `')`)
+		for _, hour := range []int{6, 18} {
+			exec(`INSERT INTO `+ident("outbox_events_archive")+` (id, event_type, payload, status, processed_at)
+VALUES (nextval($1), 'e', '{}', 'processed', $2)`, ident("outbox_events_id_seq"), lo.Add(time.Duration(hour)*time.Hour))
+		}
+	}
+
+	// Cut at noon two days ago: three days ago goes whole (2 rows), two
+	// days ago loses its 06:00 row, yesterday stays.
+	cutoff := today.AddDate(0, 0, -2).Add(12 * time.Hour)
+	var progress []int64
+	n, err := b.mgr.Purge(b.ctx, outbox.PurgeParams{OlderThan: now.Sub(cutoff), BatchSize: 1},
+		func(done int64) { progress = append(progress, done) })
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	require.Equal(t, []int64{2, 3}, progress)
+	_, after, err := b.mgr.ArchivePartitions(b.ctx)
+	require.NoError(t, err)
+	for _, p := range after {
+		require.NotEqual(t, "outbox_events_archive_"+today.AddDate(0, 0, -3).UTC().Format("20060102"), p.Name, "dropped")
+	}
+	var left int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+ident("outbox_events_archive")).Scan(&left))
+	require.Equal(t, 3, left)
+}

@@ -14,7 +14,8 @@ func TestArena(t *testing.T) {
 	require.Nil(t, a.bytes(nil))
 	require.Empty(t, a.string(nil))
 
-	// Enough values to fill several buffers, one larger than any buffer.
+	// Enough values to fill several buffers, and large ones that get
+	// buffers of their own.
 	var (
 		strs   []string
 		slices [][]byte
@@ -22,8 +23,11 @@ func TestArena(t *testing.T) {
 	)
 	for i := range 2000 {
 		v := strings.Repeat(string(rune('a'+i%26)), 1+i%300)
-		if i == 1000 {
+		switch i {
+		case 1000:
 			v = strings.Repeat("z", arenaMaxChunk+1)
+		case 1500:
+			v = strings.Repeat("y", arenaOwnChunk)
 		}
 		src := []byte(v)
 		strs = append(strs, a.string(src))
@@ -31,6 +35,11 @@ func TestArena(t *testing.T) {
 		clear(src) // the arena holds copies
 		want = append(want, v)
 	}
+	// A large value leaves the shared buffer as it was.
+	before := len(a.buf)
+	big := a.bytes(make([]byte, arenaOwnChunk))
+	require.Len(t, big, arenaOwnChunk)
+	require.Equal(t, before, len(a.buf))
 	for i, b := range slices {
 		require.Equal(t, len(b), cap(b), "value %d", i)
 		// Appending to a payload reallocates; writing into one changes

@@ -100,9 +100,10 @@ func TestClaimAllocatesPerBatch(t *testing.T) {
 		require.Len(t, c.Events, n)
 	})
 	t.Logf("%.0f allocations per claim of %d events", allocs, n)
-	// Per event: nothing but the three events' headers; per batch: the
-	// arena's buffers, the growing event slice and pgx's own.
-	require.Less(t, allocs, float64(n)/4, "allocations per claim of %d events", n)
+	// Per event: nothing but the three events' headers (a dozen each); per
+	// batch: the arena's buffers, the growing event slice and pgx's own.
+	// One allocation per event would add n.
+	require.Less(t, allocs, float64(n)/2, "allocations per claim of %d events", n)
 }
 
 // insertVaried inserts rounds batches of n events whose columns differ

@@ -60,7 +60,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
-	notef(stderr, "outbox: %s\n", a.redact.String(oneLine(errorMessage(err, ctx.Err() != nil))))
+	notef(stderr, "outbox: %s\n", a.redact.String(oneLine(errorMessage(err, errors.Is(ctx.Err(), context.Canceled)))))
 	return exitCode(err)
 }
 
