@@ -92,15 +92,18 @@ func TestStatsWatchRedrawsOnATerminal(t *testing.T) {
 	b := setup(t)
 	b.writeN(t, 1)
 	term := startOnTerminal(t, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "stats", "--watch", "--interval", "200ms")
-	testutil.WaitFor(t, 20*time.Second, "a redraw", func() bool { return strings.Contains(term.out.String(), "\x1b[9A\r\x1b[J") })
+	redraw := regexp.MustCompile("\x1b\\[\\d+A\r\x1b\\[J")
+	testutil.WaitFor(t, 20*time.Second, "a redraw", func() bool { return redraw.MatchString(term.out.String()) })
 	b.writeN(t, 2)
 	testutil.WaitFor(t, 20*time.Second, "a redraw showing 3 pending", func() bool {
-		draws := strings.Split(term.out.String(), "\x1b[9A\r\x1b[J")
+		draws := redraw.Split(term.out.String(), -1)
 		return regexp.MustCompile(`(?m)^pending +3\r?$`).MatchString(draws[len(draws)-1])
 	})
 	out := term.out.String()
 	require.Contains(t, out, "outbox stats, every 200ms, at ")
 	require.Regexp(t, `(?m)^written +\d+\.\d/s\r?$`, out)
+	require.Regexp(t, `(?m)^outbox_events +\d+ live rows, \d+ dead tuples`, out, "the tables' health refreshes too")
+	require.Regexp(t, `(?m)^vacuum horizon +`, out)
 	require.Equal(t, 0, term.stop(t, syscall.SIGINT), out)
 }
 
@@ -117,7 +120,8 @@ func TestStatsWatchPrintsBlocksToAPipe(t *testing.T) {
 	out := p.stdout.String()
 	require.NotContains(t, out, "\x1b")
 	for _, block := range strings.Split(strings.TrimSuffix(out, "\n\n"), "\n\n") {
-		require.Regexp(t, `^# \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\npending +\d+\nprocessing +0\nprocessed +0\nfailed +0\noldest pending age +\S+\nwritten +\S+\npublished +\S+$`, block)
+		require.Regexp(t, `^# \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\npending +\d+\nprocessing +0\nprocessed +0\nfailed +0\noldest pending age +\S+\nwritten +\S+\npublished +\S+\noutbox_events +\d+ live rows`, block)
+		require.Regexp(t, `\nvacuum horizon +.+$`, block)
 	}
 	require.Empty(t, p.stderr.String())
 }
@@ -132,7 +136,8 @@ func TestStatsWatchJSONLines(t *testing.T) {
 	for i, l := range lines {
 		var doc map[string]any
 		require.NoError(t, json.Unmarshal([]byte(l), &doc), l)
-		for _, k := range []string{"at", "pending", "processing", "processed", "failed", "oldest_pending_age_seconds", "written_per_second", "published_per_second"} {
+		for _, k := range []string{"at", "pending", "processing", "processed", "failed", "oldest_pending_age_seconds", "written_per_second", "published_per_second",
+			"tables", "vacuum_horizon"} {
 			require.Contains(t, doc, k)
 		}
 		if i > 0 {

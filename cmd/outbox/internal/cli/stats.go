@@ -46,11 +46,11 @@ processed, failed, oldest_pending_age_seconds, tables, vacuum_horizon,
 innodb_history_length and sqlite_file; a figure the database does not
 report is null.
 
-With --watch it refreshes every --interval until interrupted, and adds the
-events written and published per second since the last refresh: on a
-terminal it redraws in place, otherwise it prints one block per interval
-(with --json, one object per line, with the keys at, written_per_second and
-published_per_second too). Each refresh counts the processed events as stats
+With --watch it refreshes all of it every --interval until interrupted,
+and adds the events written and published per second since the last
+refresh: on a terminal it redraws in place, otherwise it prints one block
+per interval (with --json, one object per line, with the keys at,
+written_per_second and published_per_second too). Each refresh counts the processed events as stats
 does; on a table with a long history, use a longer --interval.`,
 		Example: "  outbox stats\n  outbox stats --watch --interval 5s",
 		Args:    cobra.NoArgs,
@@ -80,7 +80,7 @@ does; on a table with a long history, use a longer --interval.`,
 			if asJSON {
 				return writeJSON(a.stdout, healthDocument(statsDocument(s), h))
 			}
-			return writeStats(a, s, h)
+			return writeStatsTable(a.stdout, s, nil, h)
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -97,17 +97,12 @@ func statsDocument(s outbox.Stats) statsJSON {
 	}
 }
 
-func writeStats(a *app, s outbox.Stats, h outbox.TableHealth) error {
-	tw := newTable(a.stdout, 2)
-	statsRows(tw, s, nil)
-	healthRows(tw, h)
-	return tw.flush()
-}
-
-// writeStatsTable writes the stats, and the rates of flow when not nil.
-func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow) error {
+// writeStatsTable writes the stats, the rates of flow when not nil, and the
+// tables' health.
+func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow, h outbox.TableHealth) error {
 	tw := newTable(w, 2)
 	statsRows(tw, s, flow)
+	healthRows(tw, h)
 	return tw.flush()
 }
 
@@ -131,7 +126,7 @@ func statsRows(tw *table, s outbox.Stats, flow *outbox.Flow) {
 // statsWatchJSON is one line of stats --watch --json.
 type statsWatchJSON struct {
 	At time.Time `json:"at"`
-	statsJSON
+	statsHealthJSON
 	WrittenPerSecond   *float64 `json:"written_per_second"`
 	PublishedPerSecond *float64 `json:"published_per_second"`
 }
@@ -145,14 +140,20 @@ func (a *app) watchStats(ctx context.Context, m *outbox.Manager, interval time.D
 	defer tick.Stop()
 	for {
 		s, err := m.Stats(ctx)
+		var (
+			h   outbox.TableHealth
+			smp outbox.Sample
+		)
 		if err == nil {
-			var smp outbox.Sample
+			h, err = m.TableHealth(ctx)
+		}
+		if err == nil {
 			if smp, err = m.Sample(ctx); err == nil {
 				flow, ok := meter.Add(smp)
 				if !ok {
 					flow = outbox.Flow{}
 				}
-				err = v.show(smp.At, s, flow)
+				err = v.show(smp.At, s, flow, h)
 			}
 		}
 		if ctx.Err() != nil {
@@ -179,9 +180,9 @@ type statsView struct {
 	lines    int // lines drawn last time, to redraw over them
 }
 
-func (v *statsView) show(at time.Time, s outbox.Stats, flow outbox.Flow) error {
+func (v *statsView) show(at time.Time, s outbox.Stats, flow outbox.Flow, h outbox.TableHealth) error {
 	if v.json {
-		doc := statsWatchJSON{At: at.UTC().Truncate(time.Millisecond), statsJSON: statsDocument(s)}
+		doc := statsWatchJSON{At: at.UTC().Truncate(time.Millisecond), statsHealthJSON: healthDocument(statsDocument(s), h)}
 		if secs := flow.Interval.Seconds(); secs > 0 {
 			written := math.Round(float64(flow.Written)/secs*1000) / 1000
 			published := math.Round(float64(flow.Published)/secs*1000) / 1000
@@ -200,7 +201,7 @@ func (v *statsView) show(at time.Time, s outbox.Stats, flow outbox.Flow) error {
 	} else {
 		fmt.Fprintf(&b, "# %s\n", at.UTC().Format(time.RFC3339))
 	}
-	if err := writeStatsTable(&b, s, &flow); err != nil {
+	if err := writeStatsTable(&b, s, &flow, h); err != nil {
 		return err
 	}
 	if !v.tty {
