@@ -33,6 +33,7 @@ func (h *Handler) routes() {
 	get("/api/events", h.searchEvents)
 	get("/api/events/{id}", h.event)
 	get("/api/relays", h.relays)
+	get("/api/health", h.health)
 	post("/api/events/retry", h.retry)
 	post("/api/events/replay", h.replay)
 	post("/api/events/discard", h.discard)

@@ -326,6 +326,30 @@ func TestRelays(t *testing.T) {
 	require.True(t, dead.Expired)
 }
 
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seed(t)
+	b.exec(t, `ANALYZE {table}`)
+	var res outboxadmin.HealthJSON
+	b.getJSON(t, "/api/health", &res)
+	require.GreaterOrEqual(t, len(res.Tables), 1)
+	events := res.Tables[0]
+	require.Equal(t, "outbox_events", events.Table)
+	require.NotNil(t, events.Bytes)
+	require.Positive(t, *events.Bytes)
+	require.NotNil(t, events.DeadTuples, "PostgreSQL reports dead tuples")
+	require.NotNil(t, events.Vacuum)
+	require.NotNil(t, events.Vacuum.LastAnalyze, "analyzed above")
+	require.NotNil(t, res.VacuumHorizon, "PostgreSQL reports the vacuum horizon")
+	require.Nil(t, res.SQLiteFile)
+	require.Nil(t, res.InnoDBHistoryLength)
+
+	r := b.get(t, "/api/health")
+	require.Contains(t, r.body, `"dead_tuples": `)
+	require.Contains(t, r.body, `"innodb_history_length": null`, "unreported figures are null, not left out")
+}
+
 func TestStats(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *outboxadmin.Config) { c.SampleInterval = 100 * time.Millisecond })

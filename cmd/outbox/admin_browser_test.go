@@ -213,12 +213,18 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	br.do("open the overview", chromedp.Navigate(base))
 	br.waitJS("the overview's failed card", `document.querySelector('[data-card^="failed"] .value')?.textContent === '3'`)
 	br.waitJS("the failed badge", `document.querySelector('#failed-badge').textContent === '3'`)
+	// The tables' health: both tables, with PostgreSQL's figures.
+	br.waitJS("the tables panel", `[...document.querySelectorAll('#overview-tables tr[data-table]')].map(r => r.dataset.table).join() ===
+		'outbox_events,outbox_events_archive'`)
+	text := br.text("#overview-tables")
+	require.Regexp(t, `outbox_events\s+\S+\s+\d+\s+\d+(\.\d)? [KM]iB`, text)
+	require.Contains(t, text, "Vacuum horizon")
 	br.screenshot("overview")
 
 	// The failed queue lists the three; retry one with its button.
 	br.click(`#nav a[data-page="failed"]`)
 	br.waitJS("three failed rows", `document.querySelectorAll('tbody tr[data-id]').length === 3`)
-	text := br.text("main")
+	text = br.text("main")
 	require.Contains(t, text, "webhook answered 422: unknown customer")
 	br.screenshot("failed-queue")
 	br.click(fmt.Sprintf(`button[data-action="retry"][data-id="%d"]`, retried))

@@ -246,6 +246,7 @@
       counts: h('div', { class: 'chart', id: 'chart-counts' }),
     };
     const relaysBox = h('div', { id: 'overview-relays' });
+    const tablesBox = h('div', { id: 'overview-tables' });
     main.replaceChildren(
       h('h1', {}, 'Overview'),
       cards,
@@ -253,7 +254,8 @@
         h('section', { class: 'panel' }, h('h2', {}, 'Throughput (events/s)'), charts.throughput),
         h('section', { class: 'panel' }, h('h2', {}, 'Publisher lag'), charts.lag),
         h('section', { class: 'panel' }, h('h2', {}, 'Waiting and failed events'), charts.counts)),
-      h('section', { class: 'panel' }, h('h2', {}, 'Relays holding leases'), relaysBox));
+      h('section', { class: 'panel' }, h('h2', {}, 'Relays holding leases'), relaysBox),
+      h('section', { class: 'panel' }, h('h2', {}, 'Tables'), tablesBox));
 
     let points = [];
     let since = 0;
@@ -280,7 +282,7 @@
       ], fmtInt);
     };
     const refresh = async () => {
-      const [st, rel] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays')]);
+      const [st, rel, health] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health')]);
       if (stale(gen)) return;
       last = st;
       points = points.concat(st.series);
@@ -291,6 +293,7 @@
       setBadge(st.failed);
       draw();
       relaysBox.replaceChildren(relaysTable(rel.relays));
+      tablesBox.replaceChildren(...healthView(health));
     };
     await refresh();
     const interval = Math.max(2, (state.info && state.info.sample_interval_seconds) || 5) * 1000;
@@ -378,6 +381,46 @@
         r.expired ? 'expired ' + fmtRelative(r.first_lease_end) : fmtRelative(r.first_lease_end))),
       td('Last lease ends', h('span', { title: r.last_lease_end }, fmtRelative(r.last_lease_end))),
     ], 'No relay is publishing right now: relays hold leases only while a batch is in flight.', (r) => ({ relay: r.relay_id }));
+  }
+
+  // healthView shows the outbox tables' size and garbage, and what holds
+  // back their cleanup (GET /api/health); '–' is a figure the database does
+  // not report.
+  function healthView(hl) {
+    const n = (v) => (v === null || v === undefined ? '–' : fmtInt(v));
+    const vacuumed = (v) => {
+      if (!v) return '–';
+      const last = [v.last_vacuum, v.last_autovacuum].filter(Boolean).sort().pop();
+      return last ? h('span', { title: last }, fmtRelative(last)) : 'never';
+    };
+    const out = [table(['Table', 'Live rows', 'Dead tuples', 'Size', 'Last vacuum'], hl.tables, (t) => [
+      td('Table', t.table, 'mono'),
+      td('Live rows', n(t.live_rows), 'num'),
+      td('Dead tuples', n(t.dead_tuples), 'num'),
+      td('Size', t.bytes === null ? '–' : fmtBytes(t.bytes) + (t.free_bytes ? ` (${fmtBytes(t.free_bytes)} free)` : ''), 'num'),
+      td('Last vacuum', vacuumed(t.vacuum)),
+    ], 'No outbox table found.', (t) => ({ table: t.table }))];
+    const facts = [];
+    const hz = hl.vacuum_horizon;
+    if (hz) {
+      const w = hz.holder;
+      facts.push(['Vacuum horizon', w
+        ? `${fmtDuration(hz.age_seconds)} old, held by ${w.kind} ${w.name || ''}${w.pid ? ' (pid ' + w.pid + ')' : ''}${w.state ? ', ' + w.state : ''}`
+        : 'nothing holds it back']);
+    }
+    if (hl.innodb_history_length !== null) facts.push(['InnoDB history list length', fmtInt(hl.innodb_history_length)]);
+    if (hl.sqlite_file) {
+      const f = hl.sqlite_file;
+      facts.push(['Database file', `${fmtBytes(f.bytes)}, ${fmtBytes(f.free_bytes)} free` + (f.wal_bytes !== null ? `, WAL ${fmtBytes(f.wal_bytes)}` : '')]);
+    }
+    if (facts.length) out.push(h('dl', { class: 'fields', id: 'table-health-facts' }, facts.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])));
+    return out;
+  }
+  function fmtBytes(b) {
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+    return (i === 0 ? String(b) : b.toFixed(1)) + ' ' + units[i];
   }
 
   // table builds a responsive table: on a phone each row becomes a card

@@ -2,80 +2,22 @@ package cli
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
 )
 
 // statsHealthJSON is the stats --json document: the counts and the tables'
-// health. A figure the database does not report is null.
+// health, with the keys of the admin API's GET /api/health.
 type statsHealthJSON struct {
 	statsJSON
-	Tables              []tableJSON     `json:"tables"`
-	VacuumHorizon       *horizonJSON    `json:"vacuum_horizon"`
-	InnoDBHistoryLength *int64          `json:"innodb_history_length"`
-	SQLiteFile          *sqliteFileJSON `json:"sqlite_file"`
-}
-
-type tableJSON struct {
-	Table      string      `json:"table"`
-	LiveRows   *int64      `json:"live_rows"`
-	DeadTuples *int64      `json:"dead_tuples"`
-	Bytes      *int64      `json:"bytes"`
-	FreeBytes  *int64      `json:"free_bytes"`
-	Vacuum     *vacuumJSON `json:"vacuum"`
-}
-
-// vacuumJSON has null for never.
-type vacuumJSON struct {
-	LastVacuum      *time.Time `json:"last_vacuum"`
-	LastAutovacuum  *time.Time `json:"last_autovacuum"`
-	LastAnalyze     *time.Time `json:"last_analyze"`
-	LastAutoanalyze *time.Time `json:"last_autoanalyze"`
-}
-
-type horizonJSON struct {
-	AgeSeconds float64     `json:"age_seconds"`
-	XIDAge     *int64      `json:"xid_age"`
-	Holder     *holderJSON `json:"holder"`
-}
-
-type holderJSON struct {
-	Kind   outbox.HorizonKind `json:"kind"`
-	PID    int64              `json:"pid"`
-	Name   string             `json:"name"`
-	User   string             `json:"user"`
-	Client string             `json:"client"`
-	State  string             `json:"state"`
-}
-
-type sqliteFileJSON struct {
-	Bytes     int64  `json:"bytes"`
-	FreeBytes int64  `json:"free_bytes"`
-	WALBytes  *int64 `json:"wal_bytes"`
+	outboxadmin.HealthJSON
 }
 
 func healthDocument(s statsJSON, h outbox.TableHealth) statsHealthJSON {
-	doc := statsHealthJSON{statsJSON: s, Tables: make([]tableJSON, len(h.Tables)), InnoDBHistoryLength: h.HistoryLength}
-	for i, t := range h.Tables {
-		doc.Tables[i] = tableJSON{Table: t.Table, LiveRows: t.LiveRows, DeadTuples: t.DeadTuples, Bytes: t.Bytes, FreeBytes: t.FreeBytes}
-		if v := t.Vacuum; v != nil {
-			doc.Tables[i].Vacuum = &vacuumJSON{LastVacuum: optionalTime(v.LastVacuum), LastAutovacuum: optionalTime(v.LastAutovacuum),
-				LastAnalyze: optionalTime(v.LastAnalyze), LastAutoanalyze: optionalTime(v.LastAutoanalyze)}
-		}
-	}
-	if hz := h.Horizon; hz != nil {
-		doc.VacuumHorizon = &horizonJSON{AgeSeconds: math.Round(hz.Age.Seconds()*1000) / 1000, XIDAge: hz.XIDAge}
-		if w := hz.Holder; w != nil {
-			doc.VacuumHorizon.Holder = &holderJSON{Kind: w.Kind, PID: w.PID, Name: w.Name, User: w.User, Client: w.Client, State: w.State}
-		}
-	}
-	if f := h.File; f != nil {
-		doc.SQLiteFile = &sqliteFileJSON{Bytes: f.Bytes, FreeBytes: f.FreeBytes, WALBytes: f.WALBytes}
-	}
-	return doc
+	return statsHealthJSON{statsJSON: s, HealthJSON: outboxadmin.NewHealthJSON(h)}
 }
 
 // healthRows adds the tables' health to the stats table, leaving out what
