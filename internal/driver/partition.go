@@ -66,8 +66,9 @@ type ArchivePartitioner interface {
 	// PurgeArchivePartitions drops each partition of a partitioned archive
 	// that lies wholly before now minus olderThan (by the database clock),
 	// leaving the old rows of the partition that straddles the cutoff (and
-	// of the default partition) to PurgeArchiveBatch. It reports the running count of removed rows to
-	// progress (may be nil) and returns the total; ok is false (and nothing
-	// is done) when the archive is not partitioned.
+	// of the default partition) to PurgeArchiveBatch. It reports the
+	// running count of removed rows to progress (may be nil) and returns
+	// the total; ok is false (and nothing is done) when the archive is not
+	// partitioned.
 	PurgeArchivePartitions(ctx context.Context, olderThan time.Duration, progress func(int64)) (n int64, ok bool, err error)
 }

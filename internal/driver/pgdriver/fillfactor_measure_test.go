@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/driver"
-	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 )
 
 // TestMeasureFillfactor measures the WAL written per relayed event at
@@ -35,16 +33,12 @@ func TestMeasureFillfactor(t *testing.T) {
 	t.Logf("| fillfactor | WAL bytes per event (insert, claim, mark) | table size |")
 	for _, ff := range []int{100, 90, 80, 70, 50} {
 		b := setup(t)
-		table := pgx.Identifier{b.schema, "outbox_events"}.Sanitize()
+		table := b.drv.Table()
 		b.exec(t, fmt.Sprintf(`ALTER TABLE %s SET (fillfactor = %d, autovacuum_enabled = false)`, table, ff))
-		ins := pgdriver.NewInsert(b.schema)
 		var start string
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&start))
 		for range rounds {
-			rows, err := b.pool.Query(b.ctx, ins.SQL, ins.Args(events)...)
-			require.NoError(t, err)
-			rows.Close()
-			require.NoError(t, rows.Err())
+			b.insertEvents(t, events)
 			c := b.claim(t, "r", 1000, time.Minute)
 			require.Len(t, c.Events, perRound)
 			n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}, claimIDs(c), driver.RetainProcessed)

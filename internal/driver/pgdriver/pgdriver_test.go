@@ -36,17 +36,22 @@ func (b bundle) insert(t *testing.T, n int) []int64 {
 	for i := range events {
 		events[i] = driver.NewEvent{EventType: "e", Payload: []byte(fmt.Sprint(i)), Headers: []byte(`{}`)}
 	}
+	b.insertEvents(t, events)
+	rows, err := b.pool.Query(b.ctx, `SELECT id FROM `+b.drv.Table()+` ORDER BY id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
+}
+
+// insertEvents inserts events with the writer's statement.
+func (b bundle) insertEvents(t *testing.T, events []driver.NewEvent) {
+	t.Helper()
 	ins := pgdriver.NewInsert(b.schema)
 	rows, err := b.pool.Query(b.ctx, ins.SQL, ins.Args(events)...)
 	require.NoError(t, err)
-	var ids []int64
-	_, err = pgx.ForEachRow(rows, []any{new(int64), new(int64)}, func() error { return nil })
-	require.NoError(t, err)
-	rows, err = b.pool.Query(b.ctx, `SELECT id FROM `+b.drv.Table()+` ORDER BY id`)
-	require.NoError(t, err)
-	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	return ids
+	rows.Close()
+	require.NoError(t, rows.Err())
 }
 
 func (b bundle) claim(t *testing.T, relay string, n int, lease time.Duration) driver.Claim {
@@ -119,7 +124,6 @@ func (b bundle) insertVaried(t *testing.T, n, rounds int) {
 			events[i].Headers = []byte(fmt.Sprintf(`{"h":"%d"}`, i))
 		}
 	}
-	ins := pgdriver.NewInsert(b.schema)
 	keys := make([]string, n)
 	for i := range events {
 		keys[i] = events[i].IdempotencyKey
@@ -128,10 +132,7 @@ func (b bundle) insertVaried(t *testing.T, n, rounds int) {
 		for i := range events {
 			events[i].IdempotencyKey = fmt.Sprintf("%s-%d", keys[i], round)
 		}
-		rows, err := b.pool.Query(b.ctx, ins.SQL, ins.Args(events)...)
-		require.NoError(t, err)
-		rows.Close()
-		require.NoError(t, rows.Err())
+		b.insertEvents(t, events)
 	}
 }
 

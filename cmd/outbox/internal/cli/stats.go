@@ -50,8 +50,9 @@ With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
 refresh: on a terminal it redraws in place, otherwise it prints one block
 per interval (with --json, one object per line, with the keys at,
-written_per_second and published_per_second too). Each refresh counts the processed events as stats
-does; on a table with a long history, use a longer --interval.`,
+written_per_second and published_per_second too). Each refresh counts the
+processed events as stats does; on a table with a long history, use a
+longer --interval.`,
 		Example: "  outbox stats\n  outbox stats --watch --interval 5s",
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
