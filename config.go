@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // Retention says what the relay does with a delivered event's row.
@@ -178,6 +179,10 @@ func (c RelayConfig) Validate() error {
 		return bad("ShutdownTimeout", "is %v, not shorter than the lease (%v): a stopping relay would hold leases past their end; lower it", c.ShutdownTimeout, c.Lease)
 	case c.RelayID == "":
 		return bad("RelayID", "is empty")
+	case len(c.RelayID) > relayIDMaxLen || errtext.Sanitize(c.RelayID, relayIDMaxLen) != c.RelayID:
+		// It is stored in locked_by (VARCHAR(255) on MySQL) and in
+		// last_error: the database must take it.
+		return bad("RelayID", "%q is not valid UTF-8 without NUL bytes of at most %d bytes", c.RelayID, relayIDMaxLen)
 	}
 	if _, err := ParseRetention(string(c.Retention)); err != nil {
 		return err
@@ -200,6 +205,9 @@ func (c RelayConfig) Validate() error {
 	}
 	return nil
 }
+
+// relayIDMaxLen bounds RelayID: MySQL's locked_by holds 255 characters.
+const relayIDMaxLen = 255
 
 // DefaultRelayID returns hostname:pid.
 func DefaultRelayID() string {

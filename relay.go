@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/internal/backoff"
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // Relay moves events from the outbox table to a sink: it claims due pending
@@ -52,7 +52,7 @@ const trailingClaimDelay = 5 * time.Millisecond
 
 // maxErrorLen bounds last_error so a sink that returns a whole HTTP body
 // cannot bloat the table.
-const maxErrorLen = 2000
+const maxErrorLen = errtext.MaxLen
 
 // NewRelay returns a relay for the outbox table in db. It checks cfg but
 // does not touch the database until Start.
@@ -564,13 +564,7 @@ func ids(events []Event) []int64 {
 	return out
 }
 
-func truncate(s string) string {
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	s = s[:maxErrorLen]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "…"
-}
+// truncate makes a publish error storable as last_error: valid UTF-8, no
+// NUL byte (the database would refuse the mark, every time), at most
+// maxErrorLen bytes.
+func truncate(s string) string { return errtext.Sanitize(s, maxErrorLen) }

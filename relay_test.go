@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -593,6 +594,9 @@ func TestRelayConfigValidation(t *testing.T) {
 		{outbox.RelayConfig{Sink: sink, BackoffBase: time.Minute, BackoffMax: time.Second}, "BackoffMax"},
 		{outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{42}}, "Hooks"},
 		{outbox.RelayConfig{Sink: sink, Lease: 10 * time.Second, ShutdownTimeout: 10 * time.Second}, "ShutdownTimeout"},
+		{outbox.RelayConfig{Sink: sink, RelayID: "relay\x00one"}, "RelayID"},
+		{outbox.RelayConfig{Sink: sink, RelayID: "relay\xff"}, "RelayID"},
+		{outbox.RelayConfig{Sink: sink, RelayID: strings.Repeat("r", 256)}, "RelayID"},
 	}
 	for _, c := range cases {
 		_, err := outbox.NewRelay(db, c.cfg)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver"
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/outboxtest"
 )
@@ -214,3 +215,30 @@ func testRelayDeadLetter(t *testing.T, h Harness) {
 type deadHook chan outbox.Event
 
 func (d deadHook) OnDeadLetter(_ context.Context, e outbox.Event, _ error) { d <- e }
+
+// testRelayStoresSanitizedErrors: a sink error holding a NUL byte and
+// invalid UTF-8 (a response body, a panic message) is stored as valid UTF-8
+// without NUL. PostgreSQL and MariaDB refuse the raw text, and a mark that
+// can never succeed would leave the event to loop forever.
+func testRelayStoresSanitizedErrors(t *testing.T, h Harness) {
+	b := setup(t, h)
+	rec := outboxtest.NewRecorder()
+	rec.SetFail(func(outbox.Event) error {
+		return outbox.Permanent(fmt.Errorf("HTTP 400: bad\x00body \xff\xfe\xc3(end)"))
+	})
+	dead := make(chan outbox.Event, 1)
+	id := b.write(t, outbox.Message{EventType: "e", Payload: 1}).IDs[0]
+	startRelay(t, b.db.Database, b.db.Schema, outbox.RelayConfig{
+		Sink: rec, RelayID: "r", Lease: 5 * time.Second, Hooks: []outbox.Hook{deadHook(dead)},
+	})
+	const want = "HTTP 400: bad\uFFFDbody \uFFFD(end)"
+	select {
+	case e := <-dead:
+		require.Equal(t, want, e.LastError)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the event was never dead-lettered")
+	}
+	e := b.get(t, id)
+	require.Equal(t, driver.StatusFailed, e.Status)
+	require.Equal(t, want, e.LastError)
+}

@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"MigrationSQLAppliesAsPrinted", testMigrationSQL},
 		{"RelaysEndToEnd", testRelaysEndToEnd},
 		{"RelayRetriesThenDeadLetters", testRelayDeadLetter},
+		{"RelayStoresSanitizedErrors", testRelayStoresSanitizedErrors},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
