@@ -39,6 +39,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseSpendsNoAttempt", testRelease},
 		{"RescueExpiredLeases", testRescue},
 		{"RetentionModes", testRetentionModes},
+		{"ArchiveKeepsExistingIDs", testArchiveKeepsExistingIDs},
 		{"Purge", testPurge},
 		{"Stats", testStats},
 		{"RequeueAndRequeueStatus", testRequeue},
@@ -551,6 +552,45 @@ func testRetentionModes(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	require.Equal(t, 1, b.db.Count(t, b.db.Archive))
+}
+
+// testArchiveKeepsExistingIDs: after TRUNCATE … RESTART IDENTITY (or an
+// insert with an explicit ID) an event's ID can already be in the archive.
+// Archiving it must still succeed, for the whole batch, and keep the
+// archived row; a failing mark would re-send the batch forever.
+func testArchiveKeepsExistingIDs(t *testing.T, h Harness) {
+	b := setup(t, h)
+	archive := func(want int) {
+		t.Helper()
+		c := b.claim(t, "r", 10, time.Minute)
+		require.Len(t, c.Events, want)
+		n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}, claimIDs(c), driver.RetainArchive)
+		require.NoError(t, err)
+		require.EqualValues(t, want, n, "every fenced row moved")
+	}
+	old := b.write(t, outbox.Message{EventType: "old", Payload: 1}, outbox.Message{EventType: "old", Payload: 2}).IDs
+	archive(2)
+
+	// Empty the table and restart its IDs, as an operator might.
+	switch h.Name {
+	case "postgres":
+		b.db.Exec(t, `TRUNCATE `+b.db.Table+` RESTART IDENTITY`)
+	case "sqlite":
+		b.db.Exec(t, `DELETE FROM `+b.db.Table+`; UPDATE sqlite_sequence SET seq = 0 WHERE name = 'outbox_events'`)
+	default: // MySQL, MariaDB: TRUNCATE restarts AUTO_INCREMENT
+		b.db.Exec(t, `TRUNCATE TABLE `+b.db.Table)
+	}
+	reused := b.write(t, outbox.Message{EventType: "new", Payload: 3}, outbox.Message{EventType: "new", Payload: 4},
+		outbox.Message{EventType: "new", Payload: 5}).IDs
+	require.Equal(t, old, reused[:2], "the IDs restarted")
+	archive(3)
+	require.Zero(t, b.db.Count(t, b.db.Table))
+	require.Equal(t, 3, b.db.Count(t, b.db.Archive), "the archived rows are kept, the new third one added")
+
+	// An explicit ID that is already archived.
+	b.db.Exec(t, fmt.Sprintf(`INSERT INTO %s (id, event_type, payload) VALUES (%d, 'explicit', '6')`, b.db.Table, reused[2]))
+	archive(1)
+	require.Equal(t, 3, b.db.Count(t, b.db.Archive))
 }
 
 // process claims and marks every due event processed.

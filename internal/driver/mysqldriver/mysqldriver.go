@@ -101,6 +101,13 @@ func (Dialect) TypeMatch(globs []string) (string, []any) {
 	return "(" + strings.Join(conds, " OR ") + ")", args
 }
 
+// KeepExisting turns a duplicate primary key into a no-op update of the
+// existing row. INSERT IGNORE would skip it too, but would also store a
+// truncated or converted value where strict mode refuses a bad one.
+func (d Dialect) KeepExisting(table string) string {
+	return "\nON DUPLICATE KEY UPDATE " + table + "." + d.Quote("id") + " = " + table + "." + d.Quote("id")
+}
+
 // ForUpdate locks the selected rows until the transaction ends.
 func (Dialect) ForUpdate() string { return " FOR UPDATE" }
 

@@ -77,18 +77,24 @@ WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND lo
 	fence := `id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
 	q.markDeleted = `DELETE FROM ` + t + ` WHERE ` + fence
 	// Retention "archive": move the fenced rows to the archive table in one
-	// statement.
+	// statement, which counts the rows it moved. An ID already archived
+	// (the identity restarted by TRUNCATE … RESTART IDENTITY, an explicit
+	// ID) keeps its archived row: a conflict must not fail the mark of
+	// the whole batch, every time, while the events are re-sent forever.
 	archive := strings.TrimSuffix(t, `"`) + `_archive"`
 	q.markArchived = `WITH moved AS (
     DELETE FROM ` + t + ` WHERE ` + fence + `
     RETURNING id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
               attempts, max_attempts, last_error, available_at, locked_by, created_at
+), archived AS (
+    INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+        status, attempts, max_attempts, last_error, available_at, locked_by, created_at, updated_at, processed_at)
+    SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+        'processed', attempts, max_attempts, last_error, available_at, locked_by, created_at, now(), now()
+    FROM moved
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
-    status, attempts, max_attempts, last_error, available_at, locked_by, created_at, updated_at, processed_at)
-SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
-    'processed', attempts, max_attempts, last_error, available_at, locked_by, created_at, now(), now()
-FROM moved`
+SELECT count(*) FROM moved`
 	// The outer processed_at condition lets a partitioned archive prune to
 	// the partitions that straddle the cutoff (the ones wholly before it
 	// are dropped, not purged row by row).

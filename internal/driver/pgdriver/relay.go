@@ -51,7 +51,9 @@ func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64,
 	case driver.RetainDelete:
 		sqlText = d.q.markDeleted
 	case driver.RetainArchive:
-		sqlText = d.q.markArchived
+		var n int64
+		err := d.pool.QueryRow(ctx, d.q.markArchived, ids, f.RelayID, f.LockedUntil).Scan(&n)
+		return n, wrap(err)
 	}
 	tag, err := d.pool.Exec(ctx, sqlText, ids, f.RelayID, f.LockedUntil)
 	if err != nil {

@@ -112,9 +112,12 @@ func (d *Driver) archiveFenced(ctx context.Context, where string, args []any) (i
 		in := placeholders(len(ids))
 		const cols = `id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
     attempts, max_attempts, last_error, available_at, locked_by, created_at`
+		// An ID already archived keeps its archived row (see
+		// Dialect.KeepExisting): a conflict must not fail the whole
+		// batch's mark, every time.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+d.archive+` (`+cols+`, status, updated_at, processed_at)
 SELECT `+cols+`, 'processed', `+d.d.Now()+`, `+d.d.Now()+`
-FROM `+d.table+d.d.ByID()+` WHERE id IN (`+in+`)`, int64Args(ids)...); err != nil {
+FROM `+d.table+d.d.ByID()+` WHERE id IN (`+in+`)`+d.d.KeepExisting(d.archive), int64Args(ids)...); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, d.d.DeleteByID(d.table)+` WHERE `+where, args...)

@@ -79,6 +79,11 @@ type Dialect interface {
 	// index in its order, so that it stops at its LIMIT and locks no row
 	// it does not return.
 	Index(name string) string
+	// KeepExisting ends an INSERT … SELECT … WHERE into table so that a
+	// row whose primary key is taken is skipped and the existing row kept,
+	// while every other error (a data error above all) still fails the
+	// statement: not INSERT IGNORE, which turns those into warnings.
+	KeepExisting(table string) string
 	// Begin starts a short write transaction.
 	Begin(ctx context.Context, db *sql.DB) (Tx, error)
 	// Transient reports an error after which the transaction, once rolled

@@ -108,6 +108,12 @@ func (Dialect) TypeMatch(globs []string) (string, []any) {
 
 var globEscaper = strings.NewReplacer("?", "[?]", "[", "[[]")
 
+// KeepExisting is an upsert clause that does nothing: unlike INSERT OR
+// IGNORE it applies to uniqueness conflicts only, not to NOT NULL or CHECK
+// failures. (The SELECT it follows must have a WHERE clause, or SQLite
+// would read ON as the start of a join constraint.)
+func (Dialect) KeepExisting(string) string { return "\nON CONFLICT DO NOTHING" }
+
 // ForUpdate is empty: BEGIN IMMEDIATE already holds the only write lock.
 func (Dialect) ForUpdate() string { return "" }
 
