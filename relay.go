@@ -370,11 +370,11 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 
 	markStart := time.Now()
 	if len(done) > 0 {
-		info.Published = r.markProcessed(settleCtx, fence, done)
+		info.Published, info.Dead = r.markProcessed(settleCtx, fence, done)
 	}
 	if len(failures) > 0 {
-		res := r.markFailed(settleCtx, fence, failures)
-		info.Retried, info.Dead = len(res.Retried), len(res.Dead)
+		res, refused := r.markFailed(settleCtx, fence, failures)
+		info.Retried, info.Dead = len(res.Retried), info.Dead+len(res.Dead)+refused
 		for _, id := range res.Dead {
 			e := events[byID[id]]
 			err := errs[byID[id]]
@@ -442,35 +442,54 @@ func (r *Relay) startPublishHooks(ctx context.Context, events []Event) []func(er
 	return done
 }
 
-func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) int {
+// markProcessed marks published events processed (or deletes or archives
+// them) and returns how many it marked, and how many it dead-lettered
+// because the database refused their mark (settle.go).
+func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) (marked, refused int) {
 	var n int64
-	r.retryDB(ctx, "mark processed", func() (err error) {
+	err := r.retryDB(ctx, "mark processed", func() (err error) {
 		n, err = r.drv.MarkProcessed(ctx, f, idList, driver.Retention(r.cfg.Retention))
 		return err
 	})
-	r.reportLostLease("processed", len(idList), n)
-	return int(n)
+	if errors.Is(err, driver.ErrDataRefused) {
+		n, refused = r.markProcessedEach(ctx, f, idList, err)
+	}
+	r.reportLostLease("processed", len(idList), n+int64(refused))
+	return int(n), refused
 }
 
-func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []driver.Failure) driver.FailResult {
-	var res driver.FailResult
-	r.retryDB(ctx, "mark failed", func() (err error) {
+// markFailed records failed publishes, and returns how many events it
+// dead-lettered because the database refused their mark (settle.go) apart
+// from the result.
+func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []driver.Failure) (driver.FailResult, int) {
+	var (
+		res     driver.FailResult
+		refused int
+	)
+	err := r.retryDB(ctx, "mark failed", func() (err error) {
 		res, err = r.drv.MarkFailed(ctx, f, r.cfg.MaxAttempts, failures)
 		return err
 	})
-	r.reportLostLease("failed", len(failures), int64(len(res.Retried)+len(res.Dead)))
+	if errors.Is(err, driver.ErrDataRefused) {
+		res, refused = r.markFailedEach(ctx, f, failures, err)
+	}
+	r.reportLostLease("failed", len(failures), int64(len(res.Retried)+len(res.Dead)+refused))
 	for _, fl := range failures {
 		r.log.Debug("publish failed", slog.Int64("event_id", fl.ID), slog.Bool("permanent", fl.Permanent), slog.String("error", fl.Error))
 	}
-	return res
+	return res, refused
 }
 
 func (r *Relay) release(ctx context.Context, f driver.Fence, idList []int64) int {
 	var n int64
-	r.retryDB(ctx, "release", func() (err error) {
+	err := r.retryDB(ctx, "release", func() (err error) {
 		n, err = r.drv.Release(ctx, f, idList)
 		return err
 	})
+	if errors.Is(err, driver.ErrDataRefused) {
+		r.log.Error("release refused by the database; the events stay leased until their lease expires",
+			slog.Int("events", len(idList)), slog.String("error", err.Error()))
+	}
 	return int(n)
 }
 
@@ -483,14 +502,16 @@ func (r *Relay) reportLostLease(mark string, want int, got int64) {
 	}
 }
 
-// retryDB runs op until it succeeds or ctx (the lease) ends. Database
-// errors never consume an event's attempts: if the lease runs out, the
-// events are rescued and published again.
-func (r *Relay) retryDB(ctx context.Context, what string, op func() error) {
+// retryDB runs op until it succeeds or ctx (the lease) ends, and returns
+// op's last error: nil, or one wrapping driver.ErrDataRefused, returned at
+// once since the same statement would fail again, or the error at which
+// it gave up. Other database errors never consume an event's attempts
+// here: if the lease runs out, the events are rescued and published again.
+func (r *Relay) retryDB(ctx context.Context, what string, op func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := op()
-		if err == nil {
-			return
+		if err == nil || errors.Is(err, driver.ErrDataRefused) {
+			return err
 		}
 		wait := backoff.Exponential(attempt, 50*time.Millisecond, 2*time.Second)
 		r.log.Warn(what+" failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
@@ -500,7 +521,7 @@ func (r *Relay) retryDB(ctx context.Context, what string, op func() error) {
 			t.Stop()
 			r.log.Error(what+" abandoned: the lease ran out; the events will be rescued and published again",
 				slog.String("error", err.Error()))
-			return
+			return err
 		case <-t.C:
 		}
 	}

@@ -49,6 +49,14 @@ var ErrNotFound = errors.New("event not found")
 // ErrNoTable is returned when the outbox table does not exist in the schema.
 var ErrNoTable = errors.New("outbox table not found")
 
+// ErrDataRefused wraps an error by which the database refused a statement
+// for the data it carries, not for the connection or the server's state: a
+// data exception or an integrity constraint violation (SQLSTATE classes 22
+// and 23; on MySQL 1062, 1366 and their kin; SQLite's constraint, too-big
+// and mismatch errors). The same statement fails again however often it
+// is retried; the relay settles such a batch row by row instead.
+var ErrDataRefused = errors.New("the database refused the data")
+
 // Event is one row of outbox_events.
 type Event struct {
 	ID             int64

@@ -37,6 +37,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeadLetterAtMaxAttempts", testDeadLetterAtMaxAttempts},
 		{"PermanentFailureDeadLettersAtOnce", testPermanentFailure},
 		{"ReleaseSpendsNoAttempt", testRelease},
+		{"RefusedMarksAreDataErrors", testRefusedMarks},
 		{"RescueExpiredLeases", testRescue},
 		{"RetentionModes", testRetentionModes},
 		{"ArchiveKeepsExistingIDs", testArchiveKeepsExistingIDs},
@@ -53,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"RelaysEndToEnd", testRelaysEndToEnd},
 		{"RelayRetriesThenDeadLetters", testRelayDeadLetter},
 		{"RelayStoresSanitizedErrors", testRelayStoresSanitizedErrors},
+		{"RelayDeadLettersRefusedMarks", testRelayDeadLettersRefusedMarks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -476,6 +478,38 @@ func testPermanentFailure(t *testing.T, h Harness) {
 	require.Equal(t, driver.StatusFailed, e.Status)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, "400 bad request", e.LastError)
+}
+
+// testRefusedMarks: a mark the database refuses for a row's data fails with
+// an error wrapping driver.ErrDataRefused, and changes nothing; a retry
+// would fail the same way, so the relay settles row by row instead.
+func testRefusedMarks(t *testing.T, h Harness) {
+	b := setup(t, h)
+	refuseMarks(t, h, b.db)
+	ids := b.write(t, outbox.Message{EventType: "e", AggregateID: "poison", Payload: 1}, outbox.Message{EventType: "e", Payload: 2}).IDs
+	c := b.claim(t, "r", 10, time.Minute)
+	f := driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}
+	_, err := b.drv.MarkProcessed(b.ctx, f, ids, driver.RetainProcessed)
+	require.ErrorIs(t, err, driver.ErrDataRefused)
+	_, err = b.drv.MarkFailed(b.ctx, f, 5, []driver.Failure{{ID: ids[1], Error: "HTTP 403: forbidden"}})
+	require.ErrorIs(t, err, driver.ErrDataRefused)
+	for _, id := range ids {
+		require.Equal(t, driver.StatusProcessing, b.get(t, id).Status, "a refused mark changes nothing")
+	}
+	if h.Name != "sqlite" { // SQLite stores any bytes
+		_, err = b.drv.MarkFailed(b.ctx, f, 5, []driver.Failure{{ID: ids[1], Error: "bad \xff\xfe bytes"}})
+		require.ErrorIs(t, err, driver.ErrDataRefused, "invalid UTF-8")
+	}
+	// Row by row, the other row's mark succeeds.
+	n, err := b.drv.MarkProcessed(b.ctx, f, ids[1:], driver.RetainProcessed)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	// A connection-level error is not a data error.
+	cancelled, cancel := context.WithCancel(b.ctx)
+	cancel()
+	_, err = b.drv.MarkProcessed(cancelled, f, ids[:1], driver.RetainProcessed)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, driver.ErrDataRefused)
 }
 
 func testRelease(t *testing.T, h Harness) {

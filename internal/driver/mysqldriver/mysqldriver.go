@@ -189,6 +189,25 @@ const (
 	erLockDeadlock    = 1213
 )
 
+// dataErrors are the error numbers by which MySQL and MariaDB refuse a
+// statement for the data it carries: retrying it cannot help.
+var dataErrors = map[int]bool{
+	1048: true, // ER_BAD_NULL_ERROR: column cannot be null
+	1062: true, // ER_DUP_ENTRY
+	1264: true, // ER_WARN_DATA_OUT_OF_RANGE
+	1292: true, // ER_TRUNCATED_WRONG_VALUE: an invalid date, number, …
+	1366: true, // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: "Incorrect string value" (invalid UTF-8)
+	1406: true, // ER_DATA_TOO_LONG
+	1451: true, // ER_ROW_IS_REFERENCED_2: a foreign key
+	1452: true, // ER_NO_REFERENCED_ROW_2: a foreign key
+	3140: true, // ER_INVALID_JSON_TEXT (MySQL)
+	3819: true, // ER_CHECK_CONSTRAINT_VIOLATED (MySQL)
+	4025: true, // ER_CONSTRAINT_FAILED: a CHECK constraint (MariaDB)
+}
+
+// IsDataError reports an error number in dataErrors.
+func (Dialect) IsDataError(err error) bool { return dataErrors[ErrorNumber(err)] }
+
 // IsNoTable reports a missing table or database.
 func (Dialect) IsNoTable(err error) bool {
 	n := ErrorNumber(err)

@@ -111,6 +111,10 @@ type Dialect interface {
 	SchemaVersion(ctx context.Context, db *sql.DB, schema string) (int, error)
 	// IsNoTable reports whether err says a table does not exist.
 	IsNoTable(err error) bool
+	// IsDataError reports whether the database refused a statement for
+	// the data it carries (a bad value, a constraint): the same statement
+	// would fail again (driver.ErrDataRefused).
+	IsDataError(err error) bool
 }
 
 // Tx is a short write transaction.
@@ -193,8 +197,15 @@ func infos(ms []Migration) []driver.Migration {
 	return out
 }
 
-// wrap maps a missing-table error to driver.ErrNoTable.
-func (d *Driver) wrap(err error) error { return WrapError(d.d, err) }
+// wrap maps a missing-table error to driver.ErrNoTable and marks data
+// errors (Dialect.IsDataError) with driver.ErrDataRefused.
+func (d *Driver) wrap(err error) error {
+	err = WrapError(d.d, err)
+	if err != nil && !errors.Is(err, driver.ErrNoTable) && d.d.IsDataError(err) {
+		return fmt.Errorf("%w: %w", driver.ErrDataRefused, err)
+	}
+	return err
+}
 
 // WrapError maps a missing-table error to driver.ErrNoTable and leaves
 // others as they are.
