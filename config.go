@@ -85,8 +85,11 @@ type RelayConfig struct {
 	// a batch is settled before another relay can re-claim it. Defaults to
 	// SinkTimeoutDefault, or half the lease when that is shorter.
 	SinkTimeout time.Duration
-	// MaxAttempts is how many failed publishes dead-letter an event whose
-	// row has no max_attempts. Defaults to MaxAttemptsDefault.
+	// MaxAttempts is how many attempts dead-letter an event whose row has
+	// no max_attempts. An attempt is a claim that ended without delivery: a
+	// failed publish, or a lease that expired because the relay holding the
+	// event died or hung (perhaps because publishing it kills the process;
+	// see RescueInterval). Defaults to MaxAttemptsDefault.
 	MaxAttempts int
 	// BackoffBase and BackoffMax shape the retry delay after the n-th
 	// failure: BackoffBase·2^n with jitter, at most BackoffMax. Default to
@@ -94,7 +97,12 @@ type RelayConfig struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// RescueInterval is how often the relay returns events whose lease
-	// expired (their relay died) to pending. Defaults to a quarter of the
+	// expired (their relay died) to pending. A rescue counts the expiry as
+	// an attempt, keeps the event's last error and appends a note of the
+	// expiry to it, and dead-letters an event that has run out of attempts;
+	// a rescued event is a suspect and is claimed alone from then on, so an
+	// event that crashes every relay that publishes it takes no other event
+	// down with it after the first time. Defaults to a quarter of the
 	// lease, between 1 and 15 seconds.
 	RescueInterval time.Duration
 	// ShutdownTimeout bounds Run's graceful stop: in-flight batches that do
@@ -118,7 +126,7 @@ type RelayConfig struct {
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay; each may implement any of the Hook
-	// interfaces (HookBatch, HookDeadLetter, HookPublish).
+	// interfaces (HookBatch, HookDeadLetter, HookPublish, HookRescue).
 	Hooks []Hook
 }
 
@@ -199,7 +207,8 @@ func (c RelayConfig) Validate() error {
 		_, isBatch := h.(HookBatch)
 		_, isDead := h.(HookDeadLetter)
 		_, isPublish := h.(HookPublish)
-		if !isBatch && !isDead && !isPublish {
+		_, isRescue := h.(HookRescue)
+		if !isBatch && !isDead && !isPublish && !isRescue {
 			return bad("Hooks", "entry %d (%T) implements no hook interface", i, h)
 		}
 	}

@@ -35,6 +35,7 @@ type Relay struct {
 	batchHooks   []HookBatch
 	deadHooks    []HookDeadLetter
 	publishHooks []HookPublish
+	rescueHooks  []HookRescue
 
 	mu       sync.Mutex
 	started  bool
@@ -81,6 +82,9 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		}
 		if p, ok := h.(HookPublish); ok {
 			r.publishHooks = append(r.publishHooks, p)
+		}
+		if p, ok := h.(HookRescue); ok {
+			r.rescueHooks = append(r.rescueHooks, p)
 		}
 	}
 	return r, nil
@@ -551,23 +555,19 @@ func (r *Relay) safeHook(call func()) {
 	call()
 }
 
-// rescueLoop returns events whose lease expired to pending.
+// rescueLoop settles events whose lease expired (rescue.go).
 func (r *Relay) rescueLoop(ctx context.Context) {
 	const limit = 1000
 	for {
 		for {
-			rescued, err := r.drv.RescueExpired(ctx, limit)
+			n, err := r.rescue(ctx, limit)
 			if err != nil {
 				if ctx.Err() == nil && !r.isStopping() {
 					r.log.Warn("lease rescue failed", slog.String("error", err.Error()))
 				}
 				break
 			}
-			if len(rescued) > 0 {
-				r.log.Warn("rescued events whose lease expired", slog.Int("events", len(rescued)))
-				r.Wake()
-			}
-			if len(rescued) < limit {
+			if n < limit {
 				break
 			}
 		}

@@ -431,9 +431,62 @@ func TestRelayRescuesExpiredLease(t *testing.T) {
 	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 5 })
 	e, err := b.mgr.Event(b.ctx, ids[0])
 	require.NoError(t, err)
-	require.Zero(t, e.Attempts, "a crashed relay does not spend an attempt")
+	require.Equal(t, 1, e.Attempts, "the expiry counts as an attempt")
+	require.Equal(t, 1, e.LeaseExpiries)
 	require.Contains(t, e.LastError, "dead-relay")
+	require.Equal(t, 5, rec.Calls(), "each rescued event is published alone")
 }
+
+// TestRelayRescueDeadLettersAndReports: the rescue dead-letters an event
+// whose expiry used up its last attempt, and reports it to the dead-letter
+// and rescue hooks.
+func TestRelayRescueDeadLettersAndReports(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := b.write(t, 3, nil)
+	// A relay that died holding them; the first was on its last attempt.
+	_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+
+		` SET status = 'processing', locked_by = 'dead-relay', locked_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+` SET attempts = 2, lease_expiries = 2 WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	hook := &rescueRecorder{dead: make(chan deadLetter, 3), rescues: make(chan outbox.RescueInfo, 10)}
+	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), RelayID: "heir", MaxAttempts: 3,
+		RescueInterval: 50 * time.Millisecond, Hooks: []outbox.Hook{hook}})
+	var d deadLetter
+	select {
+	case d = <-hook.dead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dead letter")
+	}
+	require.Equal(t, ids[0], d.event.ID)
+	require.ErrorIs(t, d.err, outbox.ErrLeaseExpired)
+	require.Equal(t, outbox.StatusFailed, d.event.Status)
+	require.Equal(t, 3, d.event.Attempts)
+	require.Equal(t, 3, d.event.LeaseExpiries)
+	require.Contains(t, d.event.LastError, "dead-lettered after 3 attempts, 3 of them ending in a lease expiry")
+	info := <-hook.rescues
+	require.Equal(t, "heir", info.RelayID)
+	require.Equal(t, ids[1:], info.Rescued)
+	require.Len(t, info.Dead, 1)
+	b.waitStats(t, "the others processed", func(s outbox.Stats) bool { return s.Processed == 2 && s.Failed == 1 })
+}
+
+type deadLetter struct {
+	event outbox.Event
+	err   error
+}
+
+type rescueRecorder struct {
+	dead    chan deadLetter
+	rescues chan outbox.RescueInfo
+}
+
+func (r *rescueRecorder) OnDeadLetter(_ context.Context, e outbox.Event, err error) {
+	r.dead <- deadLetter{e, err}
+}
+
+func (r *rescueRecorder) OnRescue(_ context.Context, info outbox.RescueInfo) { r.rescues <- info }
 
 func TestRelayLiveLeaseIsNotTaken(t *testing.T) {
 	t.Parallel()

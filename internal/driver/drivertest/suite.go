@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +40,8 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseSpendsNoAttempt", testRelease},
 		{"RefusedMarksAreDataErrors", testRefusedMarks},
 		{"RescueExpiredLeases", testRescue},
+		{"SuspectIsClaimedAlone", testSuspectIsClaimedAlone},
+		{"RescueDeadLettersOutOfAttempts", testRescueDeadLetters},
 		{"RetentionModes", testRetentionModes},
 		{"ArchiveKeepsExistingIDs", testArchiveKeepsExistingIDs},
 		{"Purge", testPurge},
@@ -379,13 +382,14 @@ func testFencing(t *testing.T, h Harness) {
 	require.Len(t, stale.Events, 3)
 	ids := claimIDs(stale)
 
-	// The slow relay's lease expires; the rows are rescued and re-claimed.
+	// The slow relay's lease expires; the rows are rescued and re-claimed
+	// (alone, as suspects).
 	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second)
-	rescued, err := b.drv.RescueExpired(b.ctx, 100)
+	rescued, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 100, MaxAttempts: 5})
 	require.NoError(t, err)
-	require.Equal(t, ids, rescued)
+	require.Equal(t, ids, rescued.Rescued)
 	fresh := b.claim(t, "fast", 10, time.Minute)
-	require.Equal(t, ids, claimIDs(fresh))
+	require.Equal(t, ids[:1], claimIDs(fresh))
 
 	staleFence := driver.Fence{RelayID: "slow", LockedUntil: stale.LockedUntil}
 	n, err := b.drv.MarkProcessed(b.ctx, staleFence, ids, driver.RetainProcessed)
@@ -409,7 +413,7 @@ func testFencing(t *testing.T, h Harness) {
 	}
 	n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "fast", LockedUntil: fresh.LockedUntil}, ids, driver.RetainProcessed)
 	require.NoError(t, err)
-	require.EqualValues(t, 3, n)
+	require.EqualValues(t, 1, n, "the lease covers the one event claimed")
 	e := b.get(t, ids[0])
 	require.Equal(t, driver.StatusProcessed, e.Status)
 	require.False(t, e.ProcessedAt.IsZero())
@@ -529,30 +533,145 @@ func testRelease(t *testing.T, h Harness) {
 func testRescue(t *testing.T, h Harness) {
 	b := setup(t, h)
 	ids := b.insert(t, 5)
+	// One event failed a publish before: its error is kept.
+	first := b.claim(t, "r", 1, time.Minute)
+	_, err := b.drv.MarkFailed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: first.LockedUntil}, 5,
+		[]driver.Failure{{ID: ids[0], Error: "HTTP 503"}})
+	require.NoError(t, err)
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Second, ids[0])
 	// A relay claims and dies; a live one holds another lease.
 	dead := b.claim(t, "dead", 3, time.Minute)
 	live := b.claim(t, "live", 2, time.Minute)
 	require.Equal(t, ids[:3], claimIDs(dead))
 	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, ids[:3]...)
 
-	rescued, err := b.drv.RescueExpired(b.ctx, 2)
+	p := driver.RescueParams{Limit: 2, MaxAttempts: 5}
+	rescued, err := b.drv.RescueExpired(b.ctx, p)
 	require.NoError(t, err)
-	require.Len(t, rescued, 2, "rescue takes at most the limit")
-	more, err := b.drv.RescueExpired(b.ctx, 10)
+	require.Len(t, rescued.Rescued, 2, "rescue takes at most the limit")
+	p.Limit = 10
+	more, err := b.drv.RescueExpired(b.ctx, p)
 	require.NoError(t, err)
-	require.ElementsMatch(t, ids[:3], append(rescued, more...))
-	none, err := b.drv.RescueExpired(b.ctx, 10)
+	require.ElementsMatch(t, ids[:3], append(rescued.Rescued, more.Rescued...))
+	require.Empty(t, append(rescued.Dead, more.Dead...))
+	none, err := b.drv.RescueExpired(b.ctx, p)
 	require.NoError(t, err)
-	require.Empty(t, none, "live leases are left alone")
+	require.Empty(t, none.Rescued, "live leases are left alone")
 
-	e := b.get(t, ids[0])
+	e := b.get(t, ids[1])
 	require.Equal(t, driver.StatusPending, e.Status)
-	require.Zero(t, e.Attempts, "a rescue spends no attempt")
-	require.Contains(t, e.LastError, "dead")
-	require.Equal(t, ids[:3], claimIDs(b.claim(t, "heir", 10, time.Minute)))
+	require.True(t, e.LockedUntil.IsZero())
+	require.Equal(t, 1, e.Attempts, "an expiry counts as an attempt")
+	require.Equal(t, 1, e.LeaseExpiries)
+	require.Equal(t, "lease expired while held by relay dead", e.LastError)
+	e = b.get(t, ids[0])
+	require.Equal(t, 2, e.Attempts)
+	require.Equal(t, 1, e.LeaseExpiries)
+	require.Equal(t, "HTTP 503; lease expired while held by relay dead", e.LastError, "the earlier error is kept")
+
+	// Suspects are claimed alone, in claim order, before the others.
+	for _, id := range ids[:3] {
+		c := b.claim(t, "heir", 10, time.Minute)
+		require.Equal(t, []int64{id}, claimIDs(c))
+		n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "heir", LockedUntil: c.LockedUntil}, claimIDs(c), driver.RetainProcessed)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	}
 	n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "live", LockedUntil: live.LockedUntil}, claimIDs(live), driver.RetainProcessed)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
+}
+
+// testSuspectIsClaimedAlone: an event with a lease expiry on record is the
+// whole of its claim, wherever it falls among the due events; the events
+// before it are claimed next, as a batch.
+func testSuspectIsClaimedAlone(t *testing.T, h Harness) {
+	b := setup(t, h)
+	ids := b.insert(t, 6)
+	c := b.claim(t, "dead", 1, time.Minute)
+	require.Equal(t, ids[:1], claimIDs(c))
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, ids[0])
+	_, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	// Due after ids[2]: the claim's first rows are not suspects.
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Hour, ids[1], ids[2])
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Minute, ids[0])
+
+	require.Equal(t, ids[:1], claimIDs(b.claim(t, "r", 10, time.Minute)), "the suspect alone")
+	require.Equal(t, ids[1:], claimIDs(b.claim(t, "r", 10, time.Minute)), "the rest as a batch")
+
+	// Requeueing resets the record with the attempts.
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second)
+	_, err = b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	_, err = b.drv.Discard(b.ctx, ids, "operator")
+	require.NoError(t, err)
+	changed, err := b.drv.Requeue(b.ctx, ids, []string{driver.StatusFailed})
+	require.NoError(t, err)
+	require.Equal(t, ids, changed)
+	e := b.get(t, ids[0])
+	require.Zero(t, e.Attempts)
+	require.Zero(t, e.LeaseExpiries)
+	require.Equal(t, ids, claimIDs(b.claim(t, "r", 10, time.Minute)), "no suspects left")
+}
+
+// testRescueDeadLetters: an event whose claims keep ending in a lease
+// expiry (publishing it kills the relay) is dead-lettered when the expiry
+// uses up its last attempt, and the rescue returns it as stored.
+func testRescueDeadLetters(t *testing.T, h Harness) {
+	b := setup(t, h)
+	id := b.write(t, outbox.Message{EventType: "huge", AggregateID: "a-1", Payload: 1}).IDs[0]
+	for attempt := 1; attempt <= 3; attempt++ {
+		c := b.claim(t, fmt.Sprint("relay-", attempt), 10, time.Minute)
+		require.Equal(t, []int64{id}, claimIDs(c), "attempt %d", attempt)
+		b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, id)
+		res, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 3})
+		require.NoError(t, err)
+		if attempt < 3 {
+			require.Equal(t, []int64{id}, res.Rescued)
+			require.Empty(t, res.Dead)
+			continue
+		}
+		require.Empty(t, res.Rescued)
+		require.Len(t, res.Dead, 1)
+		d := res.Dead[0]
+		require.Equal(t, id, d.ID)
+		require.Equal(t, "huge", d.EventType)
+		require.Equal(t, "a-1", d.AggregateID)
+		require.Equal(t, driver.StatusFailed, d.Status)
+		require.Equal(t, 3, d.Attempts)
+		require.Equal(t, 3, d.LeaseExpiries)
+		require.Equal(t, "lease expired while held by relay relay-1; lease expired while held by relay relay-2; "+
+			"lease expired while held by relay relay-3 (dead-lettered after 3 attempts, 3 of them ending in a lease expiry: "+
+			"publishing this event may crash or stall the relay)", d.LastError)
+	}
+	require.Equal(t, driver.StatusFailed, b.get(t, id).Status)
+	require.Empty(t, b.claim(t, "r", 10, time.Minute).Events)
+
+	// The event's own max_attempts wins over the rescue's default.
+	id2 := b.write(t, outbox.Message{EventType: "e", Payload: 2, MaxAttempts: 1}).IDs[0]
+	b.claim(t, "r", 10, time.Minute)
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, id2)
+	res, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Dead, 1)
+	require.Equal(t, id2, res.Dead[0].ID)
+
+	// A long earlier error is cut, and the note kept whole, within the
+	// bound.
+	id3 := b.write(t, outbox.Message{EventType: "e", Payload: 3}).IDs[0]
+	c := b.claim(t, "r", 10, time.Minute)
+	_, err = b.drv.MarkFailed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}, 5,
+		[]driver.Failure{{ID: id3, Error: strings.Repeat("é", 1000)}})
+	require.NoError(t, err)
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Second, id3)
+	b.claim(t, "r", 10, time.Minute)
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, id3)
+	_, err = b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	e := b.get(t, id3)
+	require.LessOrEqual(t, len(e.LastError), 2000)
+	require.True(t, strings.HasSuffix(e.LastError, "…; lease expired while held by relay r"), e.LastError)
 }
 
 func testRetentionModes(t *testing.T, h Harness) {

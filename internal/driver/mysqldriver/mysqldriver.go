@@ -86,9 +86,6 @@ func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
 // them.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-// Concat concatenates with CONCAT (|| is OR unless PIPES_AS_CONCAT).
-func (Dialect) Concat(a, b string) string { return "CONCAT(" + a + ", " + b + ")" }
-
 // TypeMatch uses LIKE with backslash as the escape character; event_type's
 // binary collation makes it case-sensitive.
 func (Dialect) TypeMatch(globs []string) (string, []any) {

@@ -5,7 +5,8 @@ import "strings"
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
 	claim, claimFiltered                           string
-	markProcessed, markFailed, release, rescue     string
+	markProcessed, markFailed, release             string
+	rescueSelect, rescue, getMany                  string
 	markDeleted, markArchived, purgeArchive        string
 	stats, estimateStats, get, requeue, listPrefix string
 	requeueStatus, purge                           map[string]string // by status
@@ -18,7 +19,7 @@ func eventColumns(prefix string) string {
 		"id", "event_type", "coalesce(%aggregate_type, '')", "coalesce(%aggregate_id, '')",
 		"payload", "headers", "coalesce(%idempotency_key, '')", "status", "attempts",
 		"coalesce(%max_attempts, 0)", "coalesce(%last_error, '')", "available_at",
-		"locked_until", "coalesce(%locked_by, '')", "created_at", "updated_at", "processed_at",
+		"locked_until", "coalesce(%locked_by, '')", "created_at", "updated_at", "processed_at", "lease_expiries",
 	}
 	for i, c := range cols {
 		if strings.Contains(c, "%") {
@@ -45,9 +46,15 @@ func buildQueries(t string) queries {
 	// than the limit, and materializing it keeps the planner on the
 	// outbox_events_pending_idx range scan even under a generic plan.
 	// SKIP LOCKED lets any number of relays claim disjoint batches.
+	//
+	// A suspect (an event with a lease expiry on record: its relay died
+	// holding it) is claimed alone: when the locked rows hold one, the
+	// first in claim order is the whole claim, and the others stay pending
+	// for the next claim. The test is one scan of the CTE's rows in memory
+	// (an InitPlan, run once); the index scan and the join are as before.
 	claim := func(filter string) string {
 		return `WITH due AS MATERIALIZED (
-    SELECT id FROM ` + t + `
+    SELECT id, available_at, lease_expiries FROM ` + t + `
     WHERE status = 'pending' AND available_at <= now()` + filter + `
     ORDER BY available_at, id
     LIMIT $1
@@ -58,6 +65,7 @@ SET status = 'processing', locked_by = $2,
     locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
 FROM due
 WHERE e.id = due.id
+  AND due.id = coalesce((SELECT s.id FROM due s WHERE s.lease_expiries > 0 ORDER BY s.available_at, s.id LIMIT 1), due.id)
 RETURNING ` + claimColumns
 	}
 	q.claim = claim("")
@@ -126,21 +134,23 @@ RETURNING e.id, e.status`
 SET status = 'pending', locked_until = NULL, updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
 
-	// Reads only outbox_events_processing_idx; SKIP LOCKED so it never waits
-	// on a relay that is marking the same rows right now.
-	q.rescue = `WITH expired AS MATERIALIZED (
-    SELECT id FROM ` + t + `
-    WHERE status = 'processing' AND locked_until < now()
-    ORDER BY locked_until
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE ` + t + ` AS e
-SET status = 'pending', locked_until = NULL, updated_at = now(),
-    last_error = 'lease expired while held by relay ' || coalesce(e.locked_by, 'unknown')
-FROM expired
-WHERE e.id = expired.id
-RETURNING e.id`
+	// The rescue reads and locks expired leases (outbox_events_processing_idx
+	// only; SKIP LOCKED so it never waits on a relay that is marking the
+	// same rows right now), decides each row's status and last error in Go
+	// (driver.Expired), and writes them in one statement, in one
+	// transaction.
+	q.rescueSelect = `SELECT id, attempts, lease_expiries, coalesce(max_attempts, $2), coalesce(last_error, ''), coalesce(locked_by, '')
+FROM ` + t + `
+WHERE status = 'processing' AND locked_until < now()
+ORDER BY locked_until
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+	q.rescue = `UPDATE ` + t + ` AS e
+SET status = r.status, attempts = e.attempts + 1, lease_expiries = e.lease_expiries + 1,
+    last_error = r.error, locked_until = NULL, updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS r(id, status, error)
+WHERE e.id = r.id`
+	q.getMany = `SELECT ` + eventColumns("") + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) ORDER BY id`
 
 	// pending, processing and failed are counted from their partial
 	// indexes; the oldest due pending event is the first entry of
@@ -170,7 +180,7 @@ RETURNING e.id`
 	q.listPrefix = `SELECT ` + eventColumns("") + ` FROM ` + t
 
 	q.requeue = `UPDATE ` + t + `
-SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[])
 RETURNING id`
@@ -189,7 +199,7 @@ RETURNING id`
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + t + ` AS e
-SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 FROM sel
 WHERE e.id = sel.id

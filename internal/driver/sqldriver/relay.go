@@ -40,6 +40,7 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), append(args, p.BatchSize)...)
 		if err != nil {
 			return err
 		}
+		events = driver.IsolateSuspect(events)
 		if len(events) == 0 {
 			return nil
 		}
@@ -216,29 +217,78 @@ SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`
 WHERE `+where, args...)
 }
 
-// RescueExpired returns up to limit events whose lease expired to pending.
-// It reads the processing index only, and skips rows a relay is marking
-// right now.
-func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) {
-	var ids []int64
+// RescueExpired settles up to p.Limit events whose lease expired: back to
+// pending, or to failed once out of attempts. It reads the processing index
+// only, and skips rows a relay is marking right now. Rows that end with the
+// same status and last error (those of one dead relay, as a rule) are
+// written by one statement.
+func (d *Driver) RescueExpired(ctx context.Context, p driver.RescueParams) (driver.RescueResult, error) {
+	var res driver.RescueResult
 	err := d.inTx(ctx, func(tx Tx) error {
-		var err error
-		ids, err = queryIDs(ctx, tx, `SELECT id FROM `+d.table+d.d.Index("outbox_events_processing_idx")+`
-WHERE status = 'processing' AND locked_until < `+d.d.Now()+`
-ORDER BY locked_until
-LIMIT ?`+d.d.ForUpdateSkipLocked(), limit)
-		if err != nil || len(ids) == 0 {
+		res = driver.RescueResult{}
+		expired, err := d.readExpired(ctx, tx, p)
+		if err != nil || len(expired) == 0 {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
-SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`,
-    last_error = `+d.d.Concat("'lease expired while held by relay '", "coalesce(locked_by, 'unknown')")+`
-WHERE id IN (`+placeholders(len(ids))+`) AND status = 'processing'`, int64Args(ids)...)
+		type outcome struct{ status, lastError string }
+		groups := map[outcome][]int64{}
+		var order []outcome
+		var dead []int64
+		for _, e := range expired {
+			status, lastErr := e.Rescue()
+			o := outcome{status, lastErr}
+			if _, ok := groups[o]; !ok {
+				order = append(order, o)
+			}
+			groups[o] = append(groups[o], e.ID)
+			if status == driver.StatusFailed {
+				dead = append(dead, e.ID)
+			} else {
+				res.Rescued = append(res.Rescued, e.ID)
+			}
+		}
+		for _, o := range order {
+			ids := groups[o]
+			args := append([]any{o.status, o.lastError}, int64Args(ids)...)
+			// The counters come last: MySQL evaluates SET left to right.
+			if _, err := tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
+SET status = ?, last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`,
+    attempts = attempts + 1, lease_expiries = lease_expiries + 1
+WHERE id IN (`+placeholders(len(ids))+`)`, args...); err != nil {
+				return err
+			}
+		}
+		if len(dead) > 0 {
+			res.Dead, err = queryEvents(ctx, tx, len(dead), `SELECT `+d.cols+` FROM `+d.table+d.d.ByID()+`
+WHERE id IN (`+placeholders(len(dead))+`) ORDER BY id`, int64Args(dead)...)
+		}
 		return err
 	})
 	if err != nil {
+		return driver.RescueResult{}, err
+	}
+	slices.Sort(res.Rescued)
+	return res, nil
+}
+
+// readExpired reads and locks up to p.Limit expired leases.
+func (d *Driver) readExpired(ctx context.Context, tx Tx, p driver.RescueParams) ([]driver.Expired, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, attempts, lease_expiries, coalesce(max_attempts, ?), coalesce(last_error, ''), coalesce(locked_by, '')
+FROM `+d.table+d.d.Index("outbox_events_processing_idx")+`
+WHERE status = 'processing' AND locked_until < `+d.d.Now()+`
+ORDER BY locked_until
+LIMIT ?`+d.d.ForUpdateSkipLocked(), p.MaxAttempts, p.Limit)
+	if err != nil {
 		return nil, err
 	}
-	slices.Sort(ids)
-	return ids, nil
+	defer func() { _ = rows.Close() }()
+	var out []driver.Expired
+	for rows.Next() {
+		var e driver.Expired
+		if err := rows.Scan(&e.ID, &e.Attempts, &e.LeaseExpiries, &e.MaxAttempts, &e.LastError, &e.LockedBy); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

@@ -52,8 +52,6 @@ type Dialect interface {
 	// FormatTime renders t as the database stores timestamps, for binding
 	// and exact comparison (the fence).
 	FormatTime(t time.Time) string
-	// Concat concatenates two SQL string expressions.
-	Concat(a, b string) string
 	// TypeMatch returns the condition that matches event_type against
 	// one of globs (* matches any run of characters, case-sensitively),
 	// with its arguments.
@@ -347,7 +345,7 @@ func eventColumns(prefix string) string {
 	cols := []string{
 		"id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "idempotency_key",
 		"status", "attempts", "max_attempts", "last_error", "available_at", "locked_until", "locked_by",
-		"created_at", "updated_at", "processed_at",
+		"created_at", "updated_at", "processed_at", "lease_expiries",
 	}
 	for i, c := range cols {
 		cols[i] = prefix + c
@@ -372,7 +370,7 @@ func scanEvent(s scanner, extra ...any) (driver.Event, error) {
 	)
 	dest := append([]any{&e.ID, &e.EventType, &aggType, &aggID, &payload, &headers, &key, &e.Status,
 		&e.Attempts, &maxAttempts, &lastErr, &available, &lockedUntil, &lockedBy, &created, &updated,
-		&processedAt}, extra...)
+		&processedAt, &e.LeaseExpiries}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return e, err
 	}

@@ -92,9 +92,6 @@ func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
 // truncated to the millisecond.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-// Concat concatenates with ||.
-func (Dialect) Concat(a, b string) string { return a + " || " + b }
-
 // TypeMatch uses GLOB, which is case-sensitive (SQLite's LIKE is not, for
 // ASCII): * stays the wildcard, and GLOB's own special characters are
 // bracketed to match themselves.
