@@ -68,6 +68,16 @@ type RelayConfig struct {
 	// BatchSize is the most events claimed at once. Defaults to
 	// BatchSizeDefault.
 	BatchSize int
+	// MaxBatchBytes, when positive, bounds the payload and header bytes of
+	// one claim, so that a batch of large payloads cannot exhaust the
+	// relay's memory: a claim takes events in order while their total stays
+	// within it, and always takes the first one, however large, so that no
+	// event is stuck. Sizes are as stored: PostgreSQL compresses a large
+	// payload (often 2-10x for JSON), so there a claim can bring that much
+	// more into memory; leave headroom. Zero (the default) for no bound: a
+	// claim with a budget costs a window over the locked rows on
+	// PostgreSQL and one more statement on MySQL and SQLite.
+	MaxBatchBytes int
 	// Workers is how many claim-publish-mark loops run at once, so the
 	// database claims the next batch while the sink publishes this one.
 	// Defaults to WorkersDefault.
@@ -163,6 +173,8 @@ func (c RelayConfig) Validate() error {
 		return bad("Sink", "is nil: the relay needs a sink to publish to")
 	case c.BatchSize < 1 || c.BatchSize > BatchSizeMax:
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, BatchSizeMax)
+	case c.MaxBatchBytes < 0:
+		return bad("MaxBatchBytes", "is %d: use a positive number of bytes, or 0 for no bound", c.MaxBatchBytes)
 	case c.Workers < 1:
 		return bad("Workers", "is %d: use at least 1", c.Workers)
 	case c.PollInterval <= 0:

@@ -283,7 +283,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		r.drainWake()
 		start := time.Now()
 		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
-			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes})
+			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
 		n := len(claim.Events)
 		full = err == nil && n == r.cfg.BatchSize
 		if holding {

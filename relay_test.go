@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -472,6 +474,54 @@ func TestRelayRescueDeadLettersAndReports(t *testing.T) {
 	b.waitStats(t, "the others processed", func(s outbox.Stats) bool { return s.Processed == 2 && s.Failed == 1 })
 }
 
+// TestRelayMaxBatchBytes: with a byte budget, no published batch holds
+// more payload than the budget allows, except a single event; without one,
+// a batch is bounded by BatchSize only.
+func TestRelayMaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.write(t, 10, func(i int, m *outbox.Message) {
+		m.Payload = strings.Repeat("x", 1000)
+		if i == 4 {
+			// Alone over the budget, and incompressible: PostgreSQL
+			// counts stored (compressed) bytes.
+			big := make([]byte, 3750)
+			_, _ = rand.Read(big)
+			m.Payload = base64.StdEncoding.EncodeToString(big)
+		}
+	})
+	var mu sync.Mutex
+	var batches [][]int
+	hook := batchHook(func(info outbox.BatchInfo) {
+		sizes := make([]int, len(info.Events))
+		for i, e := range info.Events {
+			sizes[i] = len(e.Payload)
+		}
+		mu.Lock()
+		batches = append(batches, sizes)
+		mu.Unlock()
+	})
+	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), BatchSize: 100, MaxBatchBytes: 3100, Hooks: []outbox.Hook{hook}})
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 10 })
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, sizes := range batches {
+		sum := 0
+		for _, n := range sizes {
+			sum += n
+		}
+		total += len(sizes)
+		require.True(t, sum <= 3100 || len(sizes) == 1, "a batch of %v bytes", sizes)
+	}
+	require.Equal(t, 10, total)
+	require.GreaterOrEqual(t, len(batches), 4, "%v", batches)
+}
+
+type batchHook func(outbox.BatchInfo)
+
+func (h batchHook) OnBatch(_ context.Context, info outbox.BatchInfo) { h(info) }
+
 type deadLetter struct {
 	event outbox.Event
 	err   error
@@ -647,6 +697,7 @@ func TestRelayConfigValidation(t *testing.T) {
 		{outbox.RelayConfig{Sink: sink, BackoffBase: time.Minute, BackoffMax: time.Second}, "BackoffMax"},
 		{outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{42}}, "Hooks"},
 		{outbox.RelayConfig{Sink: sink, Lease: 10 * time.Second, ShutdownTimeout: 10 * time.Second}, "ShutdownTimeout"},
+		{outbox.RelayConfig{Sink: sink, MaxBatchBytes: -1}, "MaxBatchBytes"},
 		{outbox.RelayConfig{Sink: sink, RelayID: "relay\x00one"}, "RelayID"},
 		{outbox.RelayConfig{Sink: sink, RelayID: "relay\xff"}, "RelayID"},
 		{outbox.RelayConfig{Sink: sink, RelayID: strings.Repeat("r", 256)}, "RelayID"},

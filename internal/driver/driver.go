@@ -103,6 +103,12 @@ type ClaimParams struct {
 	// EventTypes, when not empty, limits the claim to event types matching
 	// one of these patterns (* matches any run of characters).
 	EventTypes []string
+	// MaxBytes, when positive, bounds the payload and header bytes of one
+	// claim, as the database stores them (PostgreSQL compresses large
+	// values): events are taken in claim order while the total stays
+	// within it, and the first one always, however large, so that no event
+	// is stuck. Zero for no bound.
+	MaxBytes int64
 }
 
 // Claim is a leased batch. LockedUntil is the lease's end as the database

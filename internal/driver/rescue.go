@@ -41,16 +41,3 @@ func (e Expired) Rescue() (status, lastError string) {
 	}
 	return status, errtext.Sanitize(e.LastError, keep) + sep + note
 }
-
-// IsolateSuspect returns the events a claim takes from the due events it
-// locked, in claim order: the first suspect (an event with a lease expiry
-// on record) alone when there is one, all of them otherwise. A relay that
-// dies publishing a suspect then takes no other event down with it.
-func IsolateSuspect(events []Event) []Event {
-	for i := range events {
-		if events[i].LeaseExpiries > 0 {
-			return events[i : i+1]
-		}
-	}
-	return events
-}

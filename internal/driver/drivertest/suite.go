@@ -30,6 +30,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimTakesExactlyTheLimitInOrder", testClaimExactLimit},
 		{"ClaimSkipsFutureEvents", testClaimSkipsFuture},
 		{"ClaimFiltersEventTypes", testClaimFiltersEventTypes},
+		{"ClaimKeepsWithinByteBudget", testClaimByteBudget},
 		{"ClaimSkipsLockedRows", testClaimSkipsLocked},
 		{"ConcurrentClaimsAreDisjoint", testConcurrentClaims},
 		{"ConcurrentLoopsAndWritersNeverFail", testConcurrentLoops},
@@ -316,6 +317,41 @@ func testClaimFiltersEventTypes(t *testing.T, h Harness) {
 	c, err := b.drv.Claim(b.ctx, driver.ClaimParams{RelayID: "r", BatchSize: 10, Lease: time.Minute, EventTypes: []string{"order.*", "a_b"}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{res.IDs[0], res.IDs[2]}, claimIDs(c), "_ matches itself; matching is case-sensitive")
+}
+
+// testClaimByteBudget: with MaxBytes a claim takes events in order while
+// their stored payload and header bytes stay within the budget, and the
+// first one always, however large; a suspect is still claimed alone.
+func testClaimByteBudget(t *testing.T, h Harness) {
+	b := setup(t, h)
+	msgs := make([]outbox.Message, 7)
+	for i := range msgs {
+		// About 1 KB each, under any database's compression threshold.
+		msgs[i] = outbox.Message{EventType: fmt.Sprint("t", i%2), Payload: strings.Repeat(fmt.Sprint(i), 1000)}
+	}
+	ids := b.write(t, msgs...).IDs
+	claim := func(maxBytes int64, types ...string) []int64 {
+		t.Helper()
+		c, err := b.drv.Claim(b.ctx, driver.ClaimParams{RelayID: "r", BatchSize: 100, Lease: time.Minute, MaxBytes: maxBytes, EventTypes: types})
+		require.NoError(t, err)
+		for _, e := range c.Events {
+			require.Len(t, e.Payload, 1002, "whole events")
+			require.True(t, c.LockedUntil.Equal(e.LockedUntil))
+		}
+		return claimIDs(c)
+	}
+	require.Equal(t, ids[:2], claim(2500), "two fit, a third would not")
+	require.Equal(t, ids[2:3], claim(1), "the first event is taken even alone over the budget")
+	require.Equal(t, []int64{ids[3], ids[5]}, claim(2500, "t1"), "with an event type filter")
+	// A suspect is claimed alone, within any budget.
+	c := b.claim(t, "dead", 1, time.Minute)
+	require.Equal(t, ids[4:5], claimIDs(c))
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, ids[4])
+	_, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	require.Equal(t, ids[4:5], claim(1<<20))
+	require.Equal(t, ids[6:], claim(1<<20))
+	require.Empty(t, claim(1<<20))
 }
 
 func testClaimSkipsLocked(t *testing.T, h Harness) {

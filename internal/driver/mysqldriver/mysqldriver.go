@@ -86,6 +86,10 @@ func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
 // them.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
+// ByteLength is LENGTH, which counts bytes (CHAR_LENGTH counts
+// characters).
+func (Dialect) ByteLength(column string) string { return "LENGTH(" + column + ")" }
+
 // TypeMatch uses LIKE with backslash as the escape character; event_type's
 // binary collation makes it case-sensitive.
 func (Dialect) TypeMatch(globs []string) (string, []any) {

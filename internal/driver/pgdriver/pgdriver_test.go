@@ -304,17 +304,27 @@ func TestClaimPlanUsesPendingIndexUnderGenericPlan(t *testing.T) {
 	defer func() { _ = tx.Rollback(b.ctx) }()
 	_, err = tx.Exec(b.ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
-	claimSQL := pgdriver.ClaimSQL(b.drv)
-	_, err = tx.Exec(b.ctx, `PREPARE claim_plan(int, text, bigint) AS `+claimSQL)
-	require.NoError(t, err)
-	rows, err := tx.Query(b.ctx, `EXPLAIN EXECUTE claim_plan(100, 'r', 30000)`)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	plan := strings.Join(lines, "\n")
-	t.Log(plan)
-	require.Contains(t, plan, "outbox_events_pending_idx", plan)
-	require.NotContains(t, plan, "Seq Scan", plan)
+	for name, prepare := range map[string]string{
+		"claim":        `PREPARE claim_plan(int, text, bigint) AS ` + pgdriver.ClaimSQL(b.drv),
+		"claim_budget": `PREPARE claim_budget_plan(int, text, bigint, bigint) AS ` + pgdriver.ClaimBudgetSQL(b.drv),
+	} {
+		_, err = tx.Exec(b.ctx, prepare)
+		require.NoError(t, err)
+		args := "(100, 'r', 30000)"
+		if name == "claim_budget" {
+			args = "(100, 'r', 30000, 1048576)"
+		}
+		rows, err := tx.Query(b.ctx, `EXPLAIN EXECUTE `+name+`_plan`+args)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		t.Log(plan)
+		require.Contains(t, plan, "outbox_events_pending_idx", plan)
+		require.NotContains(t, plan, "Seq Scan", plan)
+		// The join to the table is by its primary key, never a scan of it.
+		require.Contains(t, plan, "outbox_events_pkey", plan)
+	}
 }
 
 func TestRequeueAndPurge(t *testing.T) {

@@ -5,6 +5,7 @@ import "strings"
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
 	claim, claimFiltered                           string
+	claimBudget, claimFilteredBudget               string
 	markProcessed, markFailed, release             string
 	rescueSelect, rescue, getMany                  string
 	markDeleted, markArchived, purgeArchive        string
@@ -71,7 +72,43 @@ RETURNING ` + claimColumns
 	q.claim = claim("")
 	// A relay serving some event types filters in the claim itself, so it
 	// never leases (and never delays) events meant for another relay.
-	q.claimFiltered = claim("\n      AND event_type LIKE ANY($4::text[])")
+	const typeFilter = "\n      AND event_type LIKE ANY($4::text[])"
+	q.claimFiltered = claim(typeFilter)
+
+	// With a byte budget (RelayConfig.MaxBatchBytes) the claim takes the
+	// locked rows in claim order while their running total of stored bytes
+	// stays within the budget, the first row always; a suspect is still
+	// claimed alone. pg_column_size reads the stored size (compressed, for
+	// a large TOASTed value) without detoasting anything. A variant of its
+	// own, so that the claim without a budget keeps its plan.
+	claimBudget := func(filter, budget string) string {
+		return `WITH due AS MATERIALIZED (
+    SELECT id, available_at, lease_expiries, pg_column_size(payload) + pg_column_size(headers) AS size FROM ` + t + `
+    WHERE status = 'pending' AND available_at <= now()` + filter + `
+    ORDER BY available_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), suspect AS MATERIALIZED (
+    SELECT id FROM due WHERE lease_expiries > 0 ORDER BY available_at, id LIMIT 1
+), pick AS MATERIALIZED (
+    SELECT id FROM suspect
+    UNION ALL
+    SELECT id FROM (
+        SELECT id, row_number() OVER w AS n, sum(size) OVER w AS total
+        FROM due
+        WINDOW w AS (ORDER BY available_at, id)
+    ) fit
+    WHERE (n = 1 OR total <= ` + budget + `::bigint) AND NOT EXISTS (SELECT FROM suspect)
+)
+UPDATE ` + t + ` AS e
+SET status = 'processing', locked_by = $2,
+    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+FROM pick
+WHERE e.id = pick.id
+RETURNING ` + claimColumns
+	}
+	q.claimBudget = claimBudget("", "$4")
+	q.claimFilteredBudget = claimBudget(typeFilter, "$5")
 
 	// Marks are fenced on the lease they were claimed under: a relay whose
 	// lease expired and whose rows were re-claimed changes nothing.

@@ -17,10 +17,16 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 		rows pgx.Rows
 		err  error
 	)
-	if len(p.EventTypes) == 0 {
+	switch {
+	case len(p.EventTypes) == 0 && p.MaxBytes <= 0:
 		rows, err = d.pool.Query(ctx, d.q.claim, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
-	} else {
+	case len(p.EventTypes) == 0:
+		rows, err = d.pool.Query(ctx, d.q.claimBudget, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), p.MaxBytes)
+	case p.MaxBytes <= 0:
 		rows, err = d.pool.Query(ctx, d.q.claimFiltered, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), driver.LikePatterns(p.EventTypes))
+	default:
+		rows, err = d.pool.Query(ctx, d.q.claimFilteredBudget, p.BatchSize, p.RelayID, p.Lease.Milliseconds(),
+			driver.LikePatterns(p.EventTypes), p.MaxBytes)
 	}
 	if err != nil {
 		return driver.Claim{}, wrap(err)

@@ -2,6 +2,7 @@ package sqldriver
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -31,18 +32,25 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 		// at the limit, whereas a table scan and a sort would lock every
 		// due row it met until the claim commits, and other relays would
 		// skip them all.
-		var now Time
-		events, err := queryEventsWith(ctx, tx, p.BatchSize, &now, `SELECT `+d.cols+`, `+d.d.Now()+`
-FROM `+d.table+d.d.Index("outbox_events_pending_idx")+`
-WHERE status = 'pending' AND available_at <= `+d.d.Now()+filter+`
+		var (
+			now    Time
+			events []driver.Event
+			err    error
+		)
+		due := `
+FROM ` + d.table + d.d.Index("outbox_events_pending_idx") + `
+WHERE status = 'pending' AND available_at <= ` + d.d.Now() + filter + `
 ORDER BY available_at, id
-LIMIT ?`+d.d.ForUpdateSkipLocked(), append(args, p.BatchSize)...)
-		if err != nil {
-			return err
+LIMIT ?` + d.d.ForUpdateSkipLocked()
+		if p.MaxBytes > 0 {
+			events, err = d.claimWithin(ctx, tx, p, due, append(args, p.BatchSize), &now)
+		} else {
+			events, err = queryEventsWith(ctx, tx, p.BatchSize, &now, `SELECT `+d.cols+`, `+d.d.Now()+due,
+				append(args, p.BatchSize)...)
+			events = driver.IsolateSuspect(events)
 		}
-		events = driver.IsolateSuspect(events)
-		if len(events) == 0 {
-			return nil
+		if err != nil || len(events) == 0 {
+			return err
 		}
 		lockedUntil, err := d.parseStored(d.d.FormatTime(now.Add(p.Lease)))
 		if err != nil {
@@ -66,6 +74,47 @@ WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`, upd...); err !
 		return nil
 	})
 	return claim, err
+}
+
+// claimWithin is the select of a claim with a byte budget: it locks the
+// due rows reading only their IDs, flags and sizes (due is the select's
+// FROM … LIMIT ? tail, args its arguments), picks the suspect alone or the
+// rows that fit the budget, and reads the whole of those rows only.
+func (d *Driver) claimWithin(ctx context.Context, tx Tx, p driver.ClaimParams, due string, args []any, now *Time) ([]driver.Event, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, lease_expiries, `+d.d.ByteLength("payload")+` + `+d.d.ByteLength("headers")+`, `+d.d.Now()+due, args...)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		ids     []int64
+		sizes   []int64
+		suspect int64
+	)
+	for rows.Next() {
+		var id, expiries, size int64
+		if err := rows.Scan(&id, &expiries, &size, now); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		if expiries > 0 && suspect == 0 {
+			suspect = id
+		}
+		ids, sizes = append(ids, id), append(sizes, size)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(ids) == 0:
+		return nil, nil
+	case suspect != 0:
+		ids = []int64{suspect}
+	default:
+		ids = ids[:driver.FitBudget(sizes, p.MaxBytes)]
+	}
+	return queryEvents(ctx, tx, len(ids), `SELECT `+d.cols+` FROM `+d.table+d.d.ByID()+`
+WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'
+ORDER BY available_at, id`, int64Args(ids)...)
 }
 
 // parseStored reads a timestamp back from its stored text form, so the

@@ -52,6 +52,9 @@ type Dialect interface {
 	// FormatTime renders t as the database stores timestamps, for binding
 	// and exact comparison (the fence).
 	FormatTime(t time.Time) string
+	// ByteLength is the length in bytes of a text column's value, as
+	// stored.
+	ByteLength(column string) string
 	// TypeMatch returns the condition that matches event_type against
 	// one of globs (* matches any run of characters, case-sensitively),
 	// with its arguments.

@@ -92,6 +92,10 @@ func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
 // truncated to the millisecond.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
+// ByteLength is length() of the value as a blob: length() of text counts
+// characters.
+func (Dialect) ByteLength(column string) string { return "length(CAST(" + column + " AS BLOB))" }
+
 // TypeMatch uses GLOB, which is case-sensitive (SQLite's LIKE is not, for
 // ASCII): * stays the wildcard, and GLOB's own special characters are
 // bracketed to match themselves.
