@@ -2,7 +2,6 @@ package sqldriver
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -81,27 +80,8 @@ WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`, upd...); err !
 // FROM … LIMIT ? tail, args its arguments), picks the suspect alone or the
 // rows that fit the budget, and reads the whole of those rows only.
 func (d *Driver) claimWithin(ctx context.Context, tx Tx, p driver.ClaimParams, due string, args []any, now *Time) ([]driver.Event, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, lease_expiries, `+d.d.ByteLength("payload")+` + `+d.d.ByteLength("headers")+`, `+d.d.Now()+due, args...)
+	ids, sizes, suspect, err := d.lockDue(ctx, tx, due, args, now)
 	if err != nil {
-		return nil, err
-	}
-	var (
-		ids     []int64
-		sizes   []int64
-		suspect int64
-	)
-	for rows.Next() {
-		var id, expiries, size int64
-		if err := rows.Scan(&id, &expiries, &size, now); err != nil {
-			_ = rows.Close()
-			return nil, err
-		}
-		if expiries > 0 && suspect == 0 {
-			suspect = id
-		}
-		ids, sizes = append(ids, id), append(sizes, size)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, err
 	}
 	switch {
@@ -115,6 +95,27 @@ func (d *Driver) claimWithin(ctx context.Context, tx Tx, p driver.ClaimParams, d
 	return queryEvents(ctx, tx, len(ids), `SELECT `+d.cols+` FROM `+d.table+d.d.ByID()+`
 WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'
 ORDER BY available_at, id`, int64Args(ids)...)
+}
+
+// lockDue runs the select of claimWithin: the due rows' IDs and sizes in
+// claim order, and the first suspect's ID (0 for none).
+func (d *Driver) lockDue(ctx context.Context, tx Tx, due string, args []any, now *Time) (ids, sizes []int64, suspect int64, err error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, lease_expiries, `+d.d.ByteLength("payload")+` + `+d.d.ByteLength("headers")+`, `+d.d.Now()+due, args...)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var id, expiries, size int64
+		if err := rows.Scan(&id, &expiries, &size, now); err != nil {
+			return nil, nil, 0, err
+		}
+		if expiries > 0 && suspect == 0 {
+			suspect = id
+		}
+		ids, sizes = append(ids, id), append(sizes, size)
+	}
+	return ids, sizes, suspect, rows.Err()
 }
 
 // parseStored reads a timestamp back from its stored text form, so the
