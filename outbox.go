@@ -57,7 +57,7 @@ type Event struct {
 	MaxAttempts int
 	// LeaseExpiries counts the attempts that ended in a lease expiry: the
 	// relay holding the event died or hung. An event with any is claimed
-	// alone. Zero in a sink.
+	// alone. A claim does not always read it: a sink must not rely on it.
 	LeaseExpiries int
 	LastError     string
 	AvailableAt   time.Time
