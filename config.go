@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // Retention says what the relay does with a delivered event's row.
@@ -67,6 +68,16 @@ type RelayConfig struct {
 	// BatchSize is the most events claimed at once. Defaults to
 	// BatchSizeDefault.
 	BatchSize int
+	// MaxBatchBytes, when positive, bounds the payload and header bytes of
+	// one claim, so that a batch of large payloads cannot exhaust the
+	// relay's memory: a claim takes events in order while their total stays
+	// within it, and always takes the first one, however large, so that no
+	// event is stuck. Sizes are as stored: PostgreSQL compresses a large
+	// payload (often 2-10x for JSON), so there a claim can bring that much
+	// more into memory; leave headroom. Zero (the default) for no bound: a
+	// claim with a budget costs a window over the locked rows on
+	// PostgreSQL and one more statement on MySQL and SQLite.
+	MaxBatchBytes int
 	// Workers is how many claim-publish-mark loops run at once, so the
 	// database claims the next batch while the sink publishes this one.
 	// Defaults to WorkersDefault.
@@ -84,8 +95,11 @@ type RelayConfig struct {
 	// a batch is settled before another relay can re-claim it. Defaults to
 	// SinkTimeoutDefault, or half the lease when that is shorter.
 	SinkTimeout time.Duration
-	// MaxAttempts is how many failed publishes dead-letter an event whose
-	// row has no max_attempts. Defaults to MaxAttemptsDefault.
+	// MaxAttempts is how many attempts dead-letter an event whose row has
+	// no max_attempts. An attempt is a claim that ended without delivery: a
+	// failed publish, or a lease that expired because the relay holding the
+	// event died or hung (perhaps because publishing it kills the process;
+	// see RescueInterval). Defaults to MaxAttemptsDefault.
 	MaxAttempts int
 	// BackoffBase and BackoffMax shape the retry delay after the n-th
 	// failure: BackoffBase·2^n with jitter, at most BackoffMax. Default to
@@ -93,7 +107,12 @@ type RelayConfig struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// RescueInterval is how often the relay returns events whose lease
-	// expired (their relay died) to pending. Defaults to a quarter of the
+	// expired (their relay died) to pending. A rescue counts the expiry as
+	// an attempt, keeps the event's last error and appends a note of the
+	// expiry to it, and dead-letters an event that has run out of attempts;
+	// a rescued event is a suspect and is claimed alone from then on, so an
+	// event that crashes every relay that publishes it takes no other event
+	// down with it after the first time. Defaults to a quarter of the
 	// lease, between 1 and 15 seconds.
 	RescueInterval time.Duration
 	// ShutdownTimeout bounds Run's graceful stop: in-flight batches that do
@@ -117,7 +136,7 @@ type RelayConfig struct {
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay; each may implement any of the Hook
-	// interfaces (HookBatch, HookDeadLetter, HookPublish).
+	// interfaces (HookBatch, HookDeadLetter, HookPublish, HookRescue).
 	Hooks []Hook
 }
 
@@ -154,6 +173,8 @@ func (c RelayConfig) Validate() error {
 		return bad("Sink", "is nil: the relay needs a sink to publish to")
 	case c.BatchSize < 1 || c.BatchSize > BatchSizeMax:
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, BatchSizeMax)
+	case c.MaxBatchBytes < 0:
+		return bad("MaxBatchBytes", "is %d: use a positive number of bytes, or 0 for no bound", c.MaxBatchBytes)
 	case c.Workers < 1:
 		return bad("Workers", "is %d: use at least 1", c.Workers)
 	case c.PollInterval <= 0:
@@ -178,6 +199,10 @@ func (c RelayConfig) Validate() error {
 		return bad("ShutdownTimeout", "is %v, not shorter than the lease (%v): a stopping relay would hold leases past their end; lower it", c.ShutdownTimeout, c.Lease)
 	case c.RelayID == "":
 		return bad("RelayID", "is empty")
+	case len(c.RelayID) > relayIDMaxLen || errtext.Sanitize(c.RelayID, relayIDMaxLen) != c.RelayID:
+		// It is stored in locked_by (VARCHAR(255) on MySQL) and in
+		// last_error: the database must take it.
+		return bad("RelayID", "%q is not valid UTF-8 without NUL bytes of at most %d bytes", c.RelayID, relayIDMaxLen)
 	}
 	if _, err := ParseRetention(string(c.Retention)); err != nil {
 		return err
@@ -194,12 +219,16 @@ func (c RelayConfig) Validate() error {
 		_, isBatch := h.(HookBatch)
 		_, isDead := h.(HookDeadLetter)
 		_, isPublish := h.(HookPublish)
-		if !isBatch && !isDead && !isPublish {
+		_, isRescue := h.(HookRescue)
+		if !isBatch && !isDead && !isPublish && !isRescue {
 			return bad("Hooks", "entry %d (%T) implements no hook interface", i, h)
 		}
 	}
 	return nil
 }
+
+// relayIDMaxLen bounds RelayID: MySQL's locked_by holds 255 characters.
+const relayIDMaxLen = 255
 
 // DefaultRelayID returns hostname:pid.
 func DefaultRelayID() string {

@@ -141,7 +141,10 @@
 // failure, with jitter, capped at BackoffMax) and is dead-lettered (status
 // failed) when its attempts reach MaxAttempts or its error is wrapped with
 // [Permanent]. Every relay also rescues events whose lease expired because
-// their relay died. [Relay.Stop] and the end of Run's context stop claiming
+// their relay died; the expiry counts as an attempt, and a rescued event is
+// claimed alone from then on, so an event whose publishing kills the relay
+// is dead-lettered after MaxAttempts crashes without taking other events
+// with it. [Relay.Stop] and the end of Run's context stop claiming
 // and let in-flight batches finish within ShutdownTimeout; publishes still
 // running after that are cancelled and their events released without
 // spending an attempt.
@@ -179,9 +182,9 @@
 // # Hooks
 //
 // [RelayConfig.Hooks] takes any mix of [HookBatch] (after every settled
-// batch, with a [BatchInfo]), [HookDeadLetter] (after every dead letter) and
+// batch, with a [BatchInfo]), [HookDeadLetter] (after every dead letter),
 // [HookPublish] (around every publish; it may change the headers the sink
-// sees). The outboxprom, outboxalert and outboxotel packages implement them
+// sees) and [HookRescue] (after every lease rescue). The outboxprom, outboxalert and outboxotel packages implement them
 // for Prometheus metrics, dead-letter alerts and OpenTelemetry tracing.
 //
 // # Sinks

@@ -29,6 +29,27 @@ type HookPublish interface {
 	OnPublish(ctx context.Context, e *Event) (done func(err error))
 }
 
+// HookRescue is called after each lease rescue that found expired leases:
+// events whose relay died or hung while it held them, perhaps because
+// publishing one of them kills the process. The dead-letter hooks run for
+// each event in Dead as well.
+type HookRescue interface {
+	OnRescue(ctx context.Context, r RescueInfo)
+}
+
+// RescueInfo describes one lease rescue.
+type RescueInfo struct {
+	// RelayID is the rescuing relay's ID (not the one that held the leases:
+	// that is in each event's last error).
+	RelayID string
+	// Rescued are the IDs of the events returned to pending; each is
+	// claimed alone from now on.
+	Rescued []int64
+	// Dead are the events that ran out of attempts with this expiry and
+	// were dead-lettered.
+	Dead []Event
+}
+
 // BatchInfo describes one claimed batch after it was settled.
 type BatchInfo struct {
 	RelayID string

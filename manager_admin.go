@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // SearchLimitMax bounds SearchParams.Limit.
@@ -16,7 +16,7 @@ const SearchLimitMax = 1000
 
 // ReasonMaxLen bounds the reason Discard stores as an event's last error,
 // in bytes, as the relay bounds the errors it stores.
-const ReasonMaxLen = 2000
+const ReasonMaxLen = errtext.MaxLen
 
 // EventFilter selects events by their fields for searches and bulk actions.
 // Zero fields do not filter.
@@ -150,8 +150,8 @@ func (m *Manager) Discard(ctx context.Context, reason string, ids ...int64) ([]i
 	if reason == "" {
 		return nil, &ConfigError{Field: "reason", Err: errors.New("is empty: say why the events are discarded")}
 	}
-	if len(reason) > ReasonMaxLen || !utf8.ValidString(reason) {
-		return nil, &ConfigError{Field: "reason", Err: fmt.Errorf("use valid UTF-8 of at most %d bytes", ReasonMaxLen)}
+	if errtext.Sanitize(reason, ReasonMaxLen) != reason {
+		return nil, &ConfigError{Field: "reason", Err: fmt.Errorf("use valid UTF-8 without NUL bytes, of at most %d bytes", ReasonMaxLen)}
 	}
 	return m.drv.Discard(ctx, ids, reason)
 }

@@ -152,6 +152,8 @@ func TestDiscardAndMaxAttemptsValidation(t *testing.T) {
 	require.ErrorContains(t, err, "invalid reason: is empty")
 	_, err = b.mgr.Discard(b.ctx, string(make([]byte, outbox.ReasonMaxLen+1)), ids...)
 	require.ErrorContains(t, err, "at most 2000 bytes")
+	_, err = b.mgr.Discard(b.ctx, "bad\x00byte", ids...)
+	require.ErrorContains(t, err, "without NUL bytes", "PostgreSQL would refuse it")
 	changed, err := b.mgr.Discard(b.ctx, "bad", ids...)
 	require.NoError(t, err)
 	require.Equal(t, ids, changed)

@@ -50,17 +50,22 @@ type Event struct {
 	Headers        map[string]string
 	IdempotencyKey string
 	Status         Status
-	// Attempts counts failed publishes so far.
+	// Attempts counts the claims that ended without delivery so far: failed
+	// publishes and lease expiries.
 	Attempts int
 	// MaxAttempts is the event's own limit, or 0 for the relay's default.
 	MaxAttempts int
-	LastError   string
-	AvailableAt time.Time
-	LockedUntil time.Time
-	LockedBy    string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	ProcessedAt time.Time
+	// LeaseExpiries counts the attempts that ended in a lease expiry: the
+	// relay holding the event died or hung. An event with any is claimed
+	// alone. A claim does not always read it: a sink must not rely on it.
+	LeaseExpiries int
+	LastError     string
+	AvailableAt   time.Time
+	LockedUntil   time.Time
+	LockedBy      string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	ProcessedAt   time.Time
 }
 
 // Header names the writer sets from Message's first-class fields. Sinks carry
@@ -86,7 +91,7 @@ func eventFromRow(r *driver.Event) Event {
 	return Event{
 		ID: r.ID, EventType: r.EventType, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 		Payload: r.Payload, Headers: r.Headers, IdempotencyKey: r.IdempotencyKey,
-		Status: Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, LastError: r.LastError,
+		Status: Status(r.Status), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, LeaseExpiries: r.LeaseExpiries, LastError: r.LastError,
 		AvailableAt: r.AvailableAt, LockedUntil: r.LockedUntil, LockedBy: r.LockedBy,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ProcessedAt: r.ProcessedAt,
 	}

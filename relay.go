@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/internal/backoff"
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // Relay moves events from the outbox table to a sink: it claims due pending
@@ -35,6 +35,7 @@ type Relay struct {
 	batchHooks   []HookBatch
 	deadHooks    []HookDeadLetter
 	publishHooks []HookPublish
+	rescueHooks  []HookRescue
 
 	mu       sync.Mutex
 	started  bool
@@ -52,7 +53,7 @@ const trailingClaimDelay = 5 * time.Millisecond
 
 // maxErrorLen bounds last_error so a sink that returns a whole HTTP body
 // cannot bloat the table.
-const maxErrorLen = 2000
+const maxErrorLen = errtext.MaxLen
 
 // NewRelay returns a relay for the outbox table in db. It checks cfg but
 // does not touch the database until Start.
@@ -81,6 +82,9 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		}
 		if p, ok := h.(HookPublish); ok {
 			r.publishHooks = append(r.publishHooks, p)
+		}
+		if p, ok := h.(HookRescue); ok {
+			r.rescueHooks = append(r.rescueHooks, p)
 		}
 	}
 	return r, nil
@@ -279,7 +283,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		r.drainWake()
 		start := time.Now()
 		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
-			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes})
+			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
 		n := len(claim.Events)
 		full = err == nil && n == r.cfg.BatchSize
 		if holding {
@@ -370,11 +374,11 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 
 	markStart := time.Now()
 	if len(done) > 0 {
-		info.Published = r.markProcessed(settleCtx, fence, done)
+		info.Published, info.Dead = r.markProcessed(settleCtx, fence, done)
 	}
 	if len(failures) > 0 {
-		res := r.markFailed(settleCtx, fence, failures)
-		info.Retried, info.Dead = len(res.Retried), len(res.Dead)
+		res, refused := r.markFailed(settleCtx, fence, failures)
+		info.Retried, info.Dead = len(res.Retried), info.Dead+len(res.Dead)+refused
 		for _, id := range res.Dead {
 			e := events[byID[id]]
 			err := errs[byID[id]]
@@ -442,35 +446,54 @@ func (r *Relay) startPublishHooks(ctx context.Context, events []Event) []func(er
 	return done
 }
 
-func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) int {
+// markProcessed marks published events processed (or deletes or archives
+// them) and returns how many it marked, and how many it dead-lettered
+// because the database refused their mark (settle.go).
+func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) (marked, refused int) {
 	var n int64
-	r.retryDB(ctx, "mark processed", func() (err error) {
+	err := r.retryDB(ctx, "mark processed", func() (err error) {
 		n, err = r.drv.MarkProcessed(ctx, f, idList, driver.Retention(r.cfg.Retention))
 		return err
 	})
-	r.reportLostLease("processed", len(idList), n)
-	return int(n)
+	if errors.Is(err, driver.ErrDataRefused) {
+		n, refused = r.markProcessedEach(ctx, f, idList, err)
+	}
+	r.reportLostLease("processed", len(idList), n+int64(refused))
+	return int(n), refused
 }
 
-func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []driver.Failure) driver.FailResult {
-	var res driver.FailResult
-	r.retryDB(ctx, "mark failed", func() (err error) {
+// markFailed records failed publishes, and returns how many events it
+// dead-lettered because the database refused their mark (settle.go) apart
+// from the result.
+func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []driver.Failure) (driver.FailResult, int) {
+	var (
+		res     driver.FailResult
+		refused int
+	)
+	err := r.retryDB(ctx, "mark failed", func() (err error) {
 		res, err = r.drv.MarkFailed(ctx, f, r.cfg.MaxAttempts, failures)
 		return err
 	})
-	r.reportLostLease("failed", len(failures), int64(len(res.Retried)+len(res.Dead)))
+	if errors.Is(err, driver.ErrDataRefused) {
+		res, refused = r.markFailedEach(ctx, f, failures, err)
+	}
+	r.reportLostLease("failed", len(failures), int64(len(res.Retried)+len(res.Dead)+refused))
 	for _, fl := range failures {
 		r.log.Debug("publish failed", slog.Int64("event_id", fl.ID), slog.Bool("permanent", fl.Permanent), slog.String("error", fl.Error))
 	}
-	return res
+	return res, refused
 }
 
 func (r *Relay) release(ctx context.Context, f driver.Fence, idList []int64) int {
 	var n int64
-	r.retryDB(ctx, "release", func() (err error) {
+	err := r.retryDB(ctx, "release", func() (err error) {
 		n, err = r.drv.Release(ctx, f, idList)
 		return err
 	})
+	if errors.Is(err, driver.ErrDataRefused) {
+		r.log.Error("release refused by the database; the events stay leased until their lease expires",
+			slog.Int("events", len(idList)), slog.String("error", err.Error()))
+	}
 	return int(n)
 }
 
@@ -483,14 +506,16 @@ func (r *Relay) reportLostLease(mark string, want int, got int64) {
 	}
 }
 
-// retryDB runs op until it succeeds or ctx (the lease) ends. Database
-// errors never consume an event's attempts: if the lease runs out, the
-// events are rescued and published again.
-func (r *Relay) retryDB(ctx context.Context, what string, op func() error) {
+// retryDB runs op until it succeeds or ctx (the lease) ends, and returns
+// op's last error: nil, or one wrapping driver.ErrDataRefused, returned at
+// once since the same statement would fail again, or the error at which
+// it gave up. Other database errors never consume an event's attempts
+// here: if the lease runs out, the events are rescued and published again.
+func (r *Relay) retryDB(ctx context.Context, what string, op func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := op()
-		if err == nil {
-			return
+		if err == nil || errors.Is(err, driver.ErrDataRefused) {
+			return err
 		}
 		wait := backoff.Exponential(attempt, 50*time.Millisecond, 2*time.Second)
 		r.log.Warn(what+" failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
@@ -500,7 +525,7 @@ func (r *Relay) retryDB(ctx context.Context, what string, op func() error) {
 			t.Stop()
 			r.log.Error(what+" abandoned: the lease ran out; the events will be rescued and published again",
 				slog.String("error", err.Error()))
-			return
+			return err
 		case <-t.C:
 		}
 	}
@@ -530,23 +555,19 @@ func (r *Relay) safeHook(call func()) {
 	call()
 }
 
-// rescueLoop returns events whose lease expired to pending.
+// rescueLoop settles events whose lease expired (rescue.go).
 func (r *Relay) rescueLoop(ctx context.Context) {
 	const limit = 1000
 	for {
 		for {
-			rescued, err := r.drv.RescueExpired(ctx, limit)
+			n, err := r.rescue(ctx, limit)
 			if err != nil {
 				if ctx.Err() == nil && !r.isStopping() {
 					r.log.Warn("lease rescue failed", slog.String("error", err.Error()))
 				}
 				break
 			}
-			if len(rescued) > 0 {
-				r.log.Warn("rescued events whose lease expired", slog.Int("events", len(rescued)))
-				r.Wake()
-			}
-			if len(rescued) < limit {
+			if n < limit {
 				break
 			}
 		}
@@ -564,13 +585,7 @@ func ids(events []Event) []int64 {
 	return out
 }
 
-func truncate(s string) string {
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	s = s[:maxErrorLen]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "…"
-}
+// truncate makes a publish error storable as last_error: valid UTF-8, no
+// NUL byte (the database would refuse the mark, every time), at most
+// maxErrorLen bytes.
+func truncate(s string) string { return errtext.Sanitize(s, maxErrorLen) }

@@ -2,10 +2,13 @@ package outbox_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,9 +433,110 @@ func TestRelayRescuesExpiredLease(t *testing.T) {
 	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 5 })
 	e, err := b.mgr.Event(b.ctx, ids[0])
 	require.NoError(t, err)
-	require.Zero(t, e.Attempts, "a crashed relay does not spend an attempt")
+	require.Equal(t, 1, e.Attempts, "the expiry counts as an attempt")
+	require.Equal(t, 1, e.LeaseExpiries)
 	require.Contains(t, e.LastError, "dead-relay")
+	require.Equal(t, 5, rec.Calls(), "each rescued event is published alone")
 }
+
+// TestRelayRescueDeadLettersAndReports: the rescue dead-letters an event
+// whose expiry used up its last attempt, and reports it to the dead-letter
+// and rescue hooks.
+func TestRelayRescueDeadLettersAndReports(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := b.write(t, 3, nil)
+	// A relay that died holding them; the first was on its last attempt.
+	_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+
+		` SET status = 'processing', locked_by = 'dead-relay', locked_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+` SET attempts = 2, lease_expiries = 2 WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	hook := &rescueRecorder{dead: make(chan deadLetter, 3), rescues: make(chan outbox.RescueInfo, 10)}
+	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), RelayID: "heir", MaxAttempts: 3,
+		RescueInterval: 50 * time.Millisecond, Hooks: []outbox.Hook{hook}})
+	var d deadLetter
+	select {
+	case d = <-hook.dead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dead letter")
+	}
+	require.Equal(t, ids[0], d.event.ID)
+	require.ErrorIs(t, d.err, outbox.ErrLeaseExpired)
+	require.Equal(t, outbox.StatusFailed, d.event.Status)
+	require.Equal(t, 3, d.event.Attempts)
+	require.Equal(t, 3, d.event.LeaseExpiries)
+	require.Contains(t, d.event.LastError, "dead-lettered after 3 attempts, 3 of them ending in a lease expiry")
+	info := <-hook.rescues
+	require.Equal(t, "heir", info.RelayID)
+	require.Equal(t, ids[1:], info.Rescued)
+	require.Len(t, info.Dead, 1)
+	b.waitStats(t, "the others processed", func(s outbox.Stats) bool { return s.Processed == 2 && s.Failed == 1 })
+}
+
+// TestRelayMaxBatchBytes: with a byte budget, no published batch holds
+// more payload than the budget allows, except a single event; without one,
+// a batch is bounded by BatchSize only.
+func TestRelayMaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.write(t, 10, func(i int, m *outbox.Message) {
+		m.Payload = strings.Repeat("x", 1000)
+		if i == 4 {
+			// Alone over the budget, and incompressible: PostgreSQL
+			// counts stored (compressed) bytes.
+			big := make([]byte, 3750)
+			_, _ = rand.Read(big)
+			m.Payload = base64.StdEncoding.EncodeToString(big)
+		}
+	})
+	var mu sync.Mutex
+	var batches [][]int
+	hook := batchHook(func(info outbox.BatchInfo) {
+		sizes := make([]int, len(info.Events))
+		for i, e := range info.Events {
+			sizes[i] = len(e.Payload)
+		}
+		mu.Lock()
+		batches = append(batches, sizes)
+		mu.Unlock()
+	})
+	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), BatchSize: 100, MaxBatchBytes: 3100, Hooks: []outbox.Hook{hook}})
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 10 })
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, sizes := range batches {
+		sum := 0
+		for _, n := range sizes {
+			sum += n
+		}
+		total += len(sizes)
+		require.True(t, sum <= 3100 || len(sizes) == 1, "a batch of %v bytes", sizes)
+	}
+	require.Equal(t, 10, total)
+	require.GreaterOrEqual(t, len(batches), 4, "%v", batches)
+}
+
+type batchHook func(outbox.BatchInfo)
+
+func (h batchHook) OnBatch(_ context.Context, info outbox.BatchInfo) { h(info) }
+
+type deadLetter struct {
+	event outbox.Event
+	err   error
+}
+
+type rescueRecorder struct {
+	dead    chan deadLetter
+	rescues chan outbox.RescueInfo
+}
+
+func (r *rescueRecorder) OnDeadLetter(_ context.Context, e outbox.Event, err error) {
+	r.dead <- deadLetter{e, err}
+}
+
+func (r *rescueRecorder) OnRescue(_ context.Context, info outbox.RescueInfo) { r.rescues <- info }
 
 func TestRelayLiveLeaseIsNotTaken(t *testing.T) {
 	t.Parallel()
@@ -593,6 +697,10 @@ func TestRelayConfigValidation(t *testing.T) {
 		{outbox.RelayConfig{Sink: sink, BackoffBase: time.Minute, BackoffMax: time.Second}, "BackoffMax"},
 		{outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{42}}, "Hooks"},
 		{outbox.RelayConfig{Sink: sink, Lease: 10 * time.Second, ShutdownTimeout: 10 * time.Second}, "ShutdownTimeout"},
+		{outbox.RelayConfig{Sink: sink, MaxBatchBytes: -1}, "MaxBatchBytes"},
+		{outbox.RelayConfig{Sink: sink, RelayID: "relay\x00one"}, "RelayID"},
+		{outbox.RelayConfig{Sink: sink, RelayID: "relay\xff"}, "RelayID"},
+		{outbox.RelayConfig{Sink: sink, RelayID: strings.Repeat("r", 256)}, "RelayID"},
 	}
 	for _, c := range cases {
 		_, err := outbox.NewRelay(db, c.cfg)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // maxIDs bounds the IDs one action names.
@@ -379,8 +380,10 @@ func (h *Handler) discard(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, badParamf(`say why the events are discarded: {"ids": […], "reason": "…"}`))
 		return
 	}
-	// The stored reason says who discarded the events.
-	stored := truncate("discarded by "+principalOf(r)+": "+reason, outbox.ReasonMaxLen)
+	// The stored reason says who discarded the events; it is cut and
+	// cleaned as the relay's errors are (a NUL in the JSON would make the
+	// database refuse it).
+	stored := errtext.Sanitize("discarded by "+principalOf(r)+": "+reason, outbox.ReasonMaxLen)
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
 	changed, err := h.cfg.Manager.Discard(ctx, stored, a.IDs...)
@@ -421,16 +424,3 @@ func (h *Handler) setMaxAttempts(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, eventJSON(&e, true))
 }
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -227,6 +227,11 @@ func TestDiscard(t *testing.T) {
 	require.Contains(t, b.logs.String(), `action=discard`)
 	require.Contains(t, b.logs.String(), `reason="poison message"`)
 
+	// A NUL in the reason is stored cleaned, not refused by the database.
+	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[2]}, "reason": "bad\u0000byte"}, &res)
+	require.Equal(t, []int64{ids[2]}, res.Changed)
+	require.Equal(t, "discarded by anonymous: bad\uFFFDbyte", b.event(t, ids[2]).LastError)
+
 	for _, body := range []map[string]any{
 		{"ids": []int64{ids[2]}},
 		{"ids": []int64{ids[2]}, "reason": " "},

@@ -22,6 +22,7 @@ type EventJSON struct {
 	Status         outbox.Status     `json:"status"`
 	Attempts       int               `json:"attempts"`
 	MaxAttempts    int               `json:"max_attempts"` // 0: the relay's default
+	LeaseExpiries  int               `json:"lease_expiries"`
 	LastError      string            `json:"last_error"`
 	IdempotencyKey string            `json:"idempotency_key"`
 	CreatedAt      time.Time         `json:"created_at"`
@@ -37,7 +38,7 @@ type EventJSON struct {
 func eventJSON(e *outbox.Event, full bool) EventJSON {
 	j := EventJSON{
 		ID: e.ID, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
-		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LastError: e.LastError,
+		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LeaseExpiries: e.LeaseExpiries, LastError: e.LastError,
 		IdempotencyKey: e.IdempotencyKey, CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(),
 		AvailableAt: e.AvailableAt.UTC(), LockedBy: e.LockedBy,
 		LockedUntil: optionalTime(e.LockedUntil), ProcessedAt: optionalTime(e.ProcessedAt),

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/errtext"
 )
 
 // Alert kinds, the values of Alert.Kind.
@@ -81,6 +82,9 @@ func (a *Alerter) add(e outbox.Event, err error) {
 		if lastErr == "" && err != nil {
 			lastErr = err.Error()
 		}
+		// An alert carries the error as the database would store it: one
+		// from a hook caller other than the relay may hold anything.
+		lastErr = errtext.Sanitize(lastErr, errtext.MaxLen)
 		p.Events = append(p.Events, Event{ID: e.ID, Type: e.EventType, AggregateType: e.AggregateType,
 			AggregateID: e.AggregateID, Attempts: e.Attempts, LastError: lastErr, Permanent: outbox.IsPermanent(err), At: now})
 	}

@@ -166,6 +166,25 @@ func TestSingleAlert(t *testing.T) {
 	require.Equal(t, 1, n, "nothing was pending at Close")
 }
 
+// An error reaches the alert as the database stores it: valid UTF-8, no
+// NUL, bounded.
+func TestAlertSanitizesTheError(t *testing.T) {
+	t.Parallel()
+	w := newWebhook(t, nil)
+	a, _ := newAlerter(t, outboxalert.Config{URL: w.URL, Schema: "shop", Interval: time.Hour})
+	e := deadEvent(7, "order.created")
+	e.LastError = "" // not stored: the hook's caller passes the error only
+	a.OnDeadLetter(context.Background(), e, errors.New("panic: bad\x00byte \xff\xfe"+strings.Repeat("x", 3000)))
+	w.wait(t, 1)
+	alerts, _ := w.snapshot()
+	require.Len(t, alerts, 1)
+	got := alerts[0].Events[0].LastError
+	require.True(t, strings.HasPrefix(got, "panic: bad\uFFFDbyte \uFFFDxxx"), got[:40])
+	require.LessOrEqual(t, len(got), 2000)
+	require.True(t, strings.HasSuffix(got, "…"))
+	closeAlerter(t, a)
+}
+
 func TestAlertsWithinIntervalWaitForIt(t *testing.T) {
 	t.Parallel()
 	w := newWebhook(t, nil)

@@ -115,7 +115,8 @@ func (c Config) Validate() error {
 }
 
 // Metrics is the outbox's Prometheus metrics. Add it to
-// outbox.RelayConfig.Hooks to observe a relay; it is an outbox.HookBatch.
+// outbox.RelayConfig.Hooks to observe a relay; it is an outbox.HookBatch
+// and an outbox.HookRescue.
 // It is safe for concurrent use.
 type Metrics struct {
 	cfg Config
@@ -126,6 +127,7 @@ type Metrics struct {
 	retried      prometheus.Counter
 	dead         prometheus.Counter
 	released     prometheus.Counter
+	expired      prometheus.Counter
 	commitToPub  prometheus.Histogram
 	claimDur     prometheus.Histogram
 	publishDur   prometheus.Histogram
@@ -167,6 +169,8 @@ func New(cfg Config) (*Metrics, error) {
 	m.retried = counter("outbox_retries_total", "Failed publishes scheduled for another attempt after a backoff.")
 	m.dead = counter("outbox_dead_lettered_total", "Events moved to failed (dead-lettered): out of attempts or permanently rejected.")
 	m.released = counter("outbox_released_total", "Claimed events handed back to pending unpublished, without spending an attempt, because the relay was stopping.")
+	m.expired = counter("outbox_lease_expired_total",
+		"Events whose lease expired because the relay holding them died or hung, counted by the relay that rescued them; each expiry spends an attempt.")
 	m.commitToPub = histogram("outbox_commit_to_publish_seconds",
 		"Seconds from an event's created_at (its writing transaction, database clock) to the sink's acknowledgement (relay clock), for delivered events.", LatencyBuckets)
 	m.claimDur = histogram("outbox_claim_duration_seconds", "Seconds one claim statement took, for claims that returned events.", DurationBuckets)
@@ -179,7 +183,7 @@ func New(cfg Config) (*Metrics, error) {
 		Help: "Unix time at which the relay last settled a claimed batch.", ConstLabels: relayLabels})
 
 	collectors := []prometheus.Collector{
-		m.published, publishErrors, m.retried, m.dead, m.released, m.commitToPub,
+		m.published, publishErrors, m.retried, m.dead, m.released, m.expired, m.commitToPub,
 		m.claimDur, m.publishDur, m.markDur, m.batchSize, m.relayUp, m.lastBatch,
 	}
 	if cfg.Manager != nil {
@@ -229,6 +233,13 @@ func (m *Metrics) SetRelayUp(up bool) {
 	} else {
 		m.relayUp.Set(0)
 	}
+}
+
+// OnRescue records a lease rescue: the expiries, and the events it
+// dead-lettered. It implements outbox.HookRescue.
+func (m *Metrics) OnRescue(_ context.Context, r outbox.RescueInfo) {
+	m.expired.Add(float64(len(r.Rescued) + len(r.Dead)))
+	m.dead.Add(float64(len(r.Dead)))
 }
 
 // OnBatch records a settled batch. It implements outbox.HookBatch.

@@ -296,6 +296,20 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+func TestOnRescueCountsExpiriesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := New(Config{Registerer: reg, Sink: "s"})
+	require.NoError(t, err)
+	var _ outbox.HookRescue = m
+	m.OnRescue(context.Background(), outbox.RescueInfo{Rescued: []int64{1, 2, 3}})
+	m.OnRescue(context.Background(), outbox.RescueInfo{Rescued: []int64{4}, Dead: []outbox.Event{{ID: 5}}})
+	f := families(t, reg)
+	l := map[string]string{"schema": outbox.SchemaDefault, "sink": "s"}
+	require.Equal(t, 5.0, counter(t, f, "outbox_lease_expired_total", l))
+	require.Equal(t, 1.0, counter(t, f, "outbox_dead_lettered_total", l))
+}
+
 func TestOnBatchStopsAndReleases(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()

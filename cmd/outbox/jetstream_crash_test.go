@@ -102,7 +102,8 @@ END $$`, fn, lockKey))
 	for _, id := range ids {
 		e := b.event(t, id)
 		require.Equal(t, survivor, e.LockedBy, "event %d re-published and marked by the second relay", id)
-		require.Zero(t, e.Attempts, "a crash spends no attempt")
+		require.Equal(t, 1, e.Attempts, "the lease expiry counts as an attempt")
+		require.Equal(t, 1, e.LeaseExpiries)
 	}
 	require.EqualValues(t, n, js.count(t), "JetStream dropped the re-published events")
 	b.requireDelivered(t, ids, js.messages(t))

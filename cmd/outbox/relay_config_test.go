@@ -235,6 +235,7 @@ func TestRelayRoutingUsageErrors(t *testing.T) {
 		{"route twice", []string{"--sink", "redis://127.0.0.1:6379/0?route=x", "--route", "y"}, []string{"--route and the --sink URL's route option both set the route"}},
 		{"empty event type", []string{"--sink", "stdout:", "--event-types", "order.*,,user.*"}, []string{"invalid --event-types: entry 1 is empty"}},
 		{"bad retention", []string{"--sink", "stdout:", "--retention", "forever"}, []string{`invalid --retention "forever": use processed, delete or archive`}},
+		{"negative byte budget", []string{"--sink", "stdout:", "--max-batch-bytes", "-1"}, []string{"invalid --max-batch-bytes: is -1: use a positive number of bytes, or 0 for no bound"}},
 		{"bad broker option", []string{"--sink", "amqp://guest:Sup3rS3cret@127.0.0.1:5672/?exchang=x"}, []string{`invalid --sink: amqp://127.0.0.1:5672/: unknown option "exchang"`}},
 		{"sink from env", []string{}, []string{`unknown sink scheme "bogus"`}},
 	}

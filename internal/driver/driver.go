@@ -49,6 +49,14 @@ var ErrNotFound = errors.New("event not found")
 // ErrNoTable is returned when the outbox table does not exist in the schema.
 var ErrNoTable = errors.New("outbox table not found")
 
+// ErrDataRefused wraps an error by which the database refused a statement
+// for the data it carries, not for the connection or the server's state: a
+// data exception or an integrity constraint violation (SQLSTATE classes 22
+// and 23; on MySQL 1062, 1366 and their kin; SQLite's constraint, too-big
+// and mismatch errors). The same statement fails again however often it
+// is retried; the relay settles such a batch row by row instead.
+var ErrDataRefused = errors.New("the database refused the data")
+
 // Event is one row of outbox_events.
 type Event struct {
 	ID             int64
@@ -61,13 +69,17 @@ type Event struct {
 	Status         string
 	Attempts       int
 	MaxAttempts    int // 0 when the row leaves it to the relay's default
-	LastError      string
-	AvailableAt    time.Time
-	LockedUntil    time.Time
-	LockedBy       string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	ProcessedAt    time.Time
+	// LeaseExpiries counts the claims that ended in a lease expiry (each
+	// also counted in Attempts); an event with any is claimed alone. Not
+	// read by PostgreSQL's claim.
+	LeaseExpiries int
+	LastError     string
+	AvailableAt   time.Time
+	LockedUntil   time.Time
+	LockedBy      string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	ProcessedAt   time.Time
 }
 
 // NewEvent is one event to insert.
@@ -91,6 +103,12 @@ type ClaimParams struct {
 	// EventTypes, when not empty, limits the claim to event types matching
 	// one of these patterns (* matches any run of characters).
 	EventTypes []string
+	// MaxBytes, when positive, bounds the payload and header bytes of one
+	// claim, as the database stores them (PostgreSQL compresses large
+	// values): events are taken in claim order while the total stays
+	// within it, and the first one always, however large, so that no event
+	// is stuck. Zero for no bound.
+	MaxBytes int64
 }
 
 // Claim is a leased batch. LockedUntil is the lease's end as the database
@@ -119,6 +137,25 @@ type Failure struct {
 type FailResult struct {
 	Retried []int64 // back to pending with a backoff
 	Dead    []int64 // moved to failed
+}
+
+// RescueParams selects expired leases to rescue.
+type RescueParams struct {
+	// Limit bounds the rows one rescue changes.
+	Limit int
+	// MaxAttempts is the limit for rows without max_attempts of their own:
+	// a rescue counts the expiry as an attempt and dead-letters an event
+	// that has run out of them.
+	MaxAttempts int
+}
+
+// RescueResult reports what a rescue did.
+type RescueResult struct {
+	// Rescued went back to pending, due at once; as suspects, each is
+	// claimed alone from now on.
+	Rescued []int64
+	// Dead ran out of attempts and moved to failed, read after the change.
+	Dead []Event
 }
 
 // Stats are the counts an operator looks at first.
@@ -183,9 +220,12 @@ type Driver interface {
 	MarkFailed(ctx context.Context, f Fence, maxAttempts int, failures []Failure) (FailResult, error)
 	// Release returns events to pending without spending an attempt.
 	Release(ctx context.Context, f Fence, ids []int64) (int64, error)
-	// RescueExpired returns up to limit events whose lease expired to
-	// pending.
-	RescueExpired(ctx context.Context, limit int) ([]int64, error)
+	// RescueExpired settles up to p.Limit events whose lease expired: it
+	// counts the expiry in attempts and lease_expiries, keeps last_error
+	// and appends a note of the expiry to it (Expired.Rescue), and returns
+	// each event to pending, or moves it to failed once it has run out of
+	// attempts.
+	RescueExpired(ctx context.Context, p RescueParams) (RescueResult, error)
 
 	// Stats counts events per status.
 	Stats(ctx context.Context) (Stats, error)

@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver"
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/outboxtest"
 )
@@ -214,3 +216,118 @@ func testRelayDeadLetter(t *testing.T, h Harness) {
 type deadHook chan outbox.Event
 
 func (d deadHook) OnDeadLetter(_ context.Context, e outbox.Event, _ error) { d <- e }
+
+// testRelayStoresSanitizedErrors: a sink error holding a NUL byte and
+// invalid UTF-8 (a response body, a panic message) is stored as valid UTF-8
+// without NUL. PostgreSQL and MariaDB refuse the raw text, and a mark that
+// can never succeed would leave the event to loop forever.
+func testRelayStoresSanitizedErrors(t *testing.T, h Harness) {
+	b := setup(t, h)
+	rec := outboxtest.NewRecorder()
+	rec.SetFail(func(outbox.Event) error {
+		return outbox.Permanent(fmt.Errorf("HTTP 400: bad\x00body \xff\xfe\xc3(end)"))
+	})
+	dead := make(chan outbox.Event, 1)
+	id := b.write(t, outbox.Message{EventType: "e", Payload: 1}).IDs[0]
+	startRelay(t, b.db.Database, b.db.Schema, outbox.RelayConfig{
+		Sink: rec, RelayID: "r", Lease: 5 * time.Second, Hooks: []outbox.Hook{deadHook(dead)},
+	})
+	const want = "HTTP 400: bad\uFFFDbody \uFFFD(end)"
+	select {
+	case e := <-dead:
+		require.Equal(t, want, e.LastError)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the event was never dead-lettered")
+	}
+	e := b.get(t, id)
+	require.Equal(t, driver.StatusFailed, e.Status)
+	require.Equal(t, want, e.LastError)
+}
+
+// refuseMarks makes the database refuse two kinds of mark, as a constraint
+// or a value it cannot store would: marking an event with aggregate ID
+// "poison" processed, and storing a last error that mentions "forbidden".
+func refuseMarks(t *testing.T, h Harness, db *DB) {
+	t.Helper()
+	switch h.Name {
+	case "sqlite": // no ALTER TABLE … ADD CONSTRAINT: triggers
+		db.Exec(t, `CREATE TRIGGER poison_processed BEFORE UPDATE ON outbox_events WHEN NEW.status = 'processed' AND NEW.aggregate_id = 'poison' BEGIN SELECT RAISE(ABORT, 'poison'); END;
+CREATE TRIGGER poison_error BEFORE UPDATE ON outbox_events WHEN NEW.last_error LIKE '%forbidden%' BEGIN SELECT RAISE(ABORT, 'poison'); END;`)
+	default:
+		db.Exec(t, `ALTER TABLE `+db.Table+` ADD CONSTRAINT poison CHECK ((status <> 'processed' OR aggregate_id <> 'poison') AND last_error NOT LIKE '%forbidden%')`)
+	}
+}
+
+// testRelayDeadLettersRefusedMarks: a mark the database refuses for one
+// row's data fails the whole batch's statement, every time. The relay
+// settles that batch row by row: the other events are marked as usual and
+// the refused ones are dead-lettered with a reason that says so, instead of
+// the batch being re-sent forever.
+func testRelayDeadLettersRefusedMarks(t *testing.T, h Harness) {
+	b := setup(t, h)
+	refuseMarks(t, h, b.db)
+	msgs := make([]outbox.Message, 8)
+	for i := range msgs {
+		msgs[i] = outbox.Message{EventType: "e", AggregateID: fmt.Sprint("ok-", i), Payload: i}
+	}
+	msgs[2].AggregateID = "poison"    // published; its processed mark is refused
+	msgs[5].AggregateID = "forbidden" // its publish fails; the failure's mark is refused
+	msgs[6].AggregateID = "flaky"     // its publish fails once; retried
+	ids := b.write(t, msgs...).IDs
+
+	rec := outboxtest.NewRecorder()
+	var flaked atomic.Bool
+	rec.SetFail(func(e outbox.Event) error {
+		switch {
+		case e.AggregateID == "forbidden":
+			return errors.New("HTTP 403: forbidden")
+		case e.AggregateID == "flaky" && flaked.CompareAndSwap(false, true):
+			return errors.New("HTTP 503")
+		}
+		return nil
+	})
+	dead := make(chan outbox.Event, 10)
+	startRelay(t, b.db.Database, b.db.Schema, outbox.RelayConfig{
+		Sink: rec, RelayID: "r", BatchSize: 10, Lease: 5 * time.Second, MaxAttempts: 3,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, Hooks: []outbox.Hook{deadHook(dead)},
+	})
+	got := map[int64]outbox.Event{}
+	for range 2 {
+		select {
+		case e := <-dead:
+			got[e.ID] = e
+		case <-time.After(30 * time.Second):
+			t.Fatalf("timed out waiting for the refused events to be dead-lettered; got %v", got)
+		}
+	}
+	testutil.WaitFor(t, 30*time.Second, "the other events processed", func() bool {
+		s, err := b.mgr.Stats(b.ctx)
+		require.NoError(t, err)
+		return s.Processed == 6
+	})
+
+	poison := b.get(t, ids[2])
+	require.Equal(t, driver.StatusFailed, poison.Status)
+	require.Contains(t, poison.LastError, "dead-lettered: it was published, but the database refused to mark it processed: ")
+	require.Equal(t, poison.LastError, got[ids[2]].LastError, "the hook sees the stored reason")
+	forbidden := b.get(t, ids[5])
+	require.Equal(t, driver.StatusFailed, forbidden.Status)
+	require.Contains(t, forbidden.LastError, "dead-lettered: its publish failed, and the database refused to record the failure: ")
+	require.NotContains(t, forbidden.LastError, "forbidden")
+	require.Equal(t, driver.StatusProcessed, b.get(t, ids[6]).Status)
+	require.Equal(t, 1, b.get(t, ids[6]).Attempts, "the retry was recorded row by row")
+
+	// One claim settled the batch: nothing was delivered again after a
+	// lease expiry.
+	delivered := map[int64]int{}
+	for _, e := range rec.Events() {
+		delivered[e.ID]++
+	}
+	for i, id := range ids {
+		want := 1
+		if i == 5 {
+			want = 0 // its publish always fails
+		}
+		require.Equal(t, want, delivered[id], "event %d (%s)", id, msgs[i].AggregateID)
+	}
+}

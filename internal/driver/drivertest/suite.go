@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimTakesExactlyTheLimitInOrder", testClaimExactLimit},
 		{"ClaimSkipsFutureEvents", testClaimSkipsFuture},
 		{"ClaimFiltersEventTypes", testClaimFiltersEventTypes},
+		{"ClaimKeepsWithinByteBudget", testClaimByteBudget},
 		{"ClaimSkipsLockedRows", testClaimSkipsLocked},
 		{"ConcurrentClaimsAreDisjoint", testConcurrentClaims},
 		{"ConcurrentLoopsAndWritersNeverFail", testConcurrentLoops},
@@ -37,8 +39,12 @@ func Run(t *testing.T, h Harness) {
 		{"DeadLetterAtMaxAttempts", testDeadLetterAtMaxAttempts},
 		{"PermanentFailureDeadLettersAtOnce", testPermanentFailure},
 		{"ReleaseSpendsNoAttempt", testRelease},
+		{"RefusedMarksAreDataErrors", testRefusedMarks},
 		{"RescueExpiredLeases", testRescue},
+		{"SuspectIsClaimedAlone", testSuspectIsClaimedAlone},
+		{"RescueDeadLettersOutOfAttempts", testRescueDeadLetters},
 		{"RetentionModes", testRetentionModes},
+		{"ArchiveKeepsExistingIDs", testArchiveKeepsExistingIDs},
 		{"Purge", testPurge},
 		{"Stats", testStats},
 		{"RequeueAndRequeueStatus", testRequeue},
@@ -51,6 +57,8 @@ func Run(t *testing.T, h Harness) {
 		{"MigrationSQLAppliesAsPrinted", testMigrationSQL},
 		{"RelaysEndToEnd", testRelaysEndToEnd},
 		{"RelayRetriesThenDeadLetters", testRelayDeadLetter},
+		{"RelayStoresSanitizedErrors", testRelayStoresSanitizedErrors},
+		{"RelayDeadLettersRefusedMarks", testRelayDeadLettersRefusedMarks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,6 +319,41 @@ func testClaimFiltersEventTypes(t *testing.T, h Harness) {
 	require.Equal(t, []int64{res.IDs[0], res.IDs[2]}, claimIDs(c), "_ matches itself; matching is case-sensitive")
 }
 
+// testClaimByteBudget: with MaxBytes a claim takes events in order while
+// their stored payload and header bytes stay within the budget, and the
+// first one always, however large; a suspect is still claimed alone.
+func testClaimByteBudget(t *testing.T, h Harness) {
+	b := setup(t, h)
+	msgs := make([]outbox.Message, 7)
+	for i := range msgs {
+		// About 1 KB each, under any database's compression threshold.
+		msgs[i] = outbox.Message{EventType: fmt.Sprint("t", i%2), Payload: strings.Repeat(fmt.Sprint(i), 1000)}
+	}
+	ids := b.write(t, msgs...).IDs
+	claim := func(maxBytes int64, types ...string) []int64 {
+		t.Helper()
+		c, err := b.drv.Claim(b.ctx, driver.ClaimParams{RelayID: "r", BatchSize: 100, Lease: time.Minute, MaxBytes: maxBytes, EventTypes: types})
+		require.NoError(t, err)
+		for _, e := range c.Events {
+			require.Len(t, e.Payload, 1002, "whole events")
+			require.True(t, c.LockedUntil.Equal(e.LockedUntil))
+		}
+		return claimIDs(c)
+	}
+	require.Equal(t, ids[:2], claim(2500), "two fit, a third would not")
+	require.Equal(t, ids[2:3], claim(1), "the first event is taken even alone over the budget")
+	require.Equal(t, []int64{ids[3], ids[5]}, claim(2500, "t1"), "with an event type filter")
+	// A suspect is claimed alone, within any budget.
+	c := b.claim(t, "dead", 1, time.Minute)
+	require.Equal(t, ids[4:5], claimIDs(c))
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, ids[4])
+	_, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	require.Equal(t, ids[4:5], claim(1<<20))
+	require.Equal(t, ids[6:], claim(1<<20))
+	require.Empty(t, claim(1<<20))
+}
+
 func testClaimSkipsLocked(t *testing.T, h Harness) {
 	if !h.SkipLocked {
 		t.Skip(h.Name + " has a single writer: no locked rows to skip")
@@ -375,13 +418,14 @@ func testFencing(t *testing.T, h Harness) {
 	require.Len(t, stale.Events, 3)
 	ids := claimIDs(stale)
 
-	// The slow relay's lease expires; the rows are rescued and re-claimed.
+	// The slow relay's lease expires; the rows are rescued and re-claimed
+	// (alone, as suspects).
 	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second)
-	rescued, err := b.drv.RescueExpired(b.ctx, 100)
+	rescued, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 100, MaxAttempts: 5})
 	require.NoError(t, err)
-	require.Equal(t, ids, rescued)
+	require.Equal(t, ids, rescued.Rescued)
 	fresh := b.claim(t, "fast", 10, time.Minute)
-	require.Equal(t, ids, claimIDs(fresh))
+	require.Equal(t, ids[:1], claimIDs(fresh))
 
 	staleFence := driver.Fence{RelayID: "slow", LockedUntil: stale.LockedUntil}
 	n, err := b.drv.MarkProcessed(b.ctx, staleFence, ids, driver.RetainProcessed)
@@ -405,7 +449,7 @@ func testFencing(t *testing.T, h Harness) {
 	}
 	n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "fast", LockedUntil: fresh.LockedUntil}, ids, driver.RetainProcessed)
 	require.NoError(t, err)
-	require.EqualValues(t, 3, n)
+	require.EqualValues(t, 1, n, "the lease covers the one event claimed")
 	e := b.get(t, ids[0])
 	require.Equal(t, driver.StatusProcessed, e.Status)
 	require.False(t, e.ProcessedAt.IsZero())
@@ -476,6 +520,38 @@ func testPermanentFailure(t *testing.T, h Harness) {
 	require.Equal(t, "400 bad request", e.LastError)
 }
 
+// testRefusedMarks: a mark the database refuses for a row's data fails with
+// an error wrapping driver.ErrDataRefused, and changes nothing; a retry
+// would fail the same way, so the relay settles row by row instead.
+func testRefusedMarks(t *testing.T, h Harness) {
+	b := setup(t, h)
+	refuseMarks(t, h, b.db)
+	ids := b.write(t, outbox.Message{EventType: "e", AggregateID: "poison", Payload: 1}, outbox.Message{EventType: "e", Payload: 2}).IDs
+	c := b.claim(t, "r", 10, time.Minute)
+	f := driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}
+	_, err := b.drv.MarkProcessed(b.ctx, f, ids, driver.RetainProcessed)
+	require.ErrorIs(t, err, driver.ErrDataRefused)
+	_, err = b.drv.MarkFailed(b.ctx, f, 5, []driver.Failure{{ID: ids[1], Error: "HTTP 403: forbidden"}})
+	require.ErrorIs(t, err, driver.ErrDataRefused)
+	for _, id := range ids {
+		require.Equal(t, driver.StatusProcessing, b.get(t, id).Status, "a refused mark changes nothing")
+	}
+	if h.Name != "sqlite" { // SQLite stores any bytes
+		_, err = b.drv.MarkFailed(b.ctx, f, 5, []driver.Failure{{ID: ids[1], Error: "bad \xff\xfe bytes"}})
+		require.ErrorIs(t, err, driver.ErrDataRefused, "invalid UTF-8")
+	}
+	// Row by row, the other row's mark succeeds.
+	n, err := b.drv.MarkProcessed(b.ctx, f, ids[1:], driver.RetainProcessed)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	// A connection-level error is not a data error.
+	cancelled, cancel := context.WithCancel(b.ctx)
+	cancel()
+	_, err = b.drv.MarkProcessed(cancelled, f, ids[:1], driver.RetainProcessed)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, driver.ErrDataRefused)
+}
+
 func testRelease(t *testing.T, h Harness) {
 	b := setup(t, h)
 	ids := b.insert(t, 2)
@@ -493,30 +569,145 @@ func testRelease(t *testing.T, h Harness) {
 func testRescue(t *testing.T, h Harness) {
 	b := setup(t, h)
 	ids := b.insert(t, 5)
+	// One event failed a publish before: its error is kept.
+	first := b.claim(t, "r", 1, time.Minute)
+	_, err := b.drv.MarkFailed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: first.LockedUntil}, 5,
+		[]driver.Failure{{ID: ids[0], Error: "HTTP 503"}})
+	require.NoError(t, err)
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Second, ids[0])
 	// A relay claims and dies; a live one holds another lease.
 	dead := b.claim(t, "dead", 3, time.Minute)
 	live := b.claim(t, "live", 2, time.Minute)
 	require.Equal(t, ids[:3], claimIDs(dead))
 	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, ids[:3]...)
 
-	rescued, err := b.drv.RescueExpired(b.ctx, 2)
+	p := driver.RescueParams{Limit: 2, MaxAttempts: 5}
+	rescued, err := b.drv.RescueExpired(b.ctx, p)
 	require.NoError(t, err)
-	require.Len(t, rescued, 2, "rescue takes at most the limit")
-	more, err := b.drv.RescueExpired(b.ctx, 10)
+	require.Len(t, rescued.Rescued, 2, "rescue takes at most the limit")
+	p.Limit = 10
+	more, err := b.drv.RescueExpired(b.ctx, p)
 	require.NoError(t, err)
-	require.ElementsMatch(t, ids[:3], append(rescued, more...))
-	none, err := b.drv.RescueExpired(b.ctx, 10)
+	require.ElementsMatch(t, ids[:3], append(rescued.Rescued, more.Rescued...))
+	require.Empty(t, append(rescued.Dead, more.Dead...))
+	none, err := b.drv.RescueExpired(b.ctx, p)
 	require.NoError(t, err)
-	require.Empty(t, none, "live leases are left alone")
+	require.Empty(t, none.Rescued, "live leases are left alone")
 
-	e := b.get(t, ids[0])
+	e := b.get(t, ids[1])
 	require.Equal(t, driver.StatusPending, e.Status)
-	require.Zero(t, e.Attempts, "a rescue spends no attempt")
-	require.Contains(t, e.LastError, "dead")
-	require.Equal(t, ids[:3], claimIDs(b.claim(t, "heir", 10, time.Minute)))
+	require.True(t, e.LockedUntil.IsZero())
+	require.Equal(t, 1, e.Attempts, "an expiry counts as an attempt")
+	require.Equal(t, 1, e.LeaseExpiries)
+	require.Equal(t, "lease expired while held by relay dead", e.LastError)
+	e = b.get(t, ids[0])
+	require.Equal(t, 2, e.Attempts)
+	require.Equal(t, 1, e.LeaseExpiries)
+	require.Equal(t, "HTTP 503; lease expired while held by relay dead", e.LastError, "the earlier error is kept")
+
+	// Suspects are claimed alone, in claim order, before the others.
+	for _, id := range ids[:3] {
+		c := b.claim(t, "heir", 10, time.Minute)
+		require.Equal(t, []int64{id}, claimIDs(c))
+		n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "heir", LockedUntil: c.LockedUntil}, claimIDs(c), driver.RetainProcessed)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	}
 	n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "live", LockedUntil: live.LockedUntil}, claimIDs(live), driver.RetainProcessed)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
+}
+
+// testSuspectIsClaimedAlone: an event with a lease expiry on record is the
+// whole of its claim, wherever it falls among the due events; the events
+// before it are claimed next, as a batch.
+func testSuspectIsClaimedAlone(t *testing.T, h Harness) {
+	b := setup(t, h)
+	ids := b.insert(t, 6)
+	c := b.claim(t, "dead", 1, time.Minute)
+	require.Equal(t, ids[:1], claimIDs(c))
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, ids[0])
+	_, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	// Due after ids[2]: the claim's first rows are not suspects.
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Hour, ids[1], ids[2])
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Minute, ids[0])
+
+	require.Equal(t, ids[:1], claimIDs(b.claim(t, "r", 10, time.Minute)), "the suspect alone")
+	require.Equal(t, ids[1:], claimIDs(b.claim(t, "r", 10, time.Minute)), "the rest as a batch")
+
+	// Requeueing resets the record with the attempts.
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second)
+	_, err = b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	_, err = b.drv.Discard(b.ctx, ids, "operator")
+	require.NoError(t, err)
+	changed, err := b.drv.Requeue(b.ctx, ids, []string{driver.StatusFailed})
+	require.NoError(t, err)
+	require.Equal(t, ids, changed)
+	e := b.get(t, ids[0])
+	require.Zero(t, e.Attempts)
+	require.Zero(t, e.LeaseExpiries)
+	require.Equal(t, ids, claimIDs(b.claim(t, "r", 10, time.Minute)), "no suspects left")
+}
+
+// testRescueDeadLetters: an event whose claims keep ending in a lease
+// expiry (publishing it kills the relay) is dead-lettered when the expiry
+// uses up its last attempt, and the rescue returns it as stored.
+func testRescueDeadLetters(t *testing.T, h Harness) {
+	b := setup(t, h)
+	id := b.write(t, outbox.Message{EventType: "huge", AggregateID: "a-1", Payload: 1}).IDs[0]
+	for attempt := 1; attempt <= 3; attempt++ {
+		c := b.claim(t, fmt.Sprint("relay-", attempt), 10, time.Minute)
+		require.Equal(t, []int64{id}, claimIDs(c), "attempt %d", attempt)
+		b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, id)
+		res, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 3})
+		require.NoError(t, err)
+		if attempt < 3 {
+			require.Equal(t, []int64{id}, res.Rescued)
+			require.Empty(t, res.Dead)
+			continue
+		}
+		require.Empty(t, res.Rescued)
+		require.Len(t, res.Dead, 1)
+		d := res.Dead[0]
+		require.Equal(t, id, d.ID)
+		require.Equal(t, "huge", d.EventType)
+		require.Equal(t, "a-1", d.AggregateID)
+		require.Equal(t, driver.StatusFailed, d.Status)
+		require.Equal(t, 3, d.Attempts)
+		require.Equal(t, 3, d.LeaseExpiries)
+		require.Equal(t, "lease expired while held by relay relay-1; lease expired while held by relay relay-2; "+
+			"lease expired while held by relay relay-3 (dead-lettered after 3 attempts, 3 of them ending in a lease expiry: "+
+			"publishing this event may crash or stall the relay)", d.LastError)
+	}
+	require.Equal(t, driver.StatusFailed, b.get(t, id).Status)
+	require.Empty(t, b.claim(t, "r", 10, time.Minute).Events)
+
+	// The event's own max_attempts wins over the rescue's default.
+	id2 := b.write(t, outbox.Message{EventType: "e", Payload: 2, MaxAttempts: 1}).IDs[0]
+	b.claim(t, "r", 10, time.Minute)
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, id2)
+	res, err := b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Dead, 1)
+	require.Equal(t, id2, res.Dead[0].ID)
+
+	// A long earlier error is cut, and the note kept whole, within the
+	// bound.
+	id3 := b.write(t, outbox.Message{EventType: "e", Payload: 3}).IDs[0]
+	c := b.claim(t, "r", 10, time.Minute)
+	_, err = b.drv.MarkFailed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}, 5,
+		[]driver.Failure{{ID: id3, Error: strings.Repeat("é", 1000)}})
+	require.NoError(t, err)
+	b.db.SetTime(t, b.db.Table, "available_at", -time.Second, id3)
+	b.claim(t, "r", 10, time.Minute)
+	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second, id3)
+	_, err = b.drv.RescueExpired(b.ctx, driver.RescueParams{Limit: 10, MaxAttempts: 5})
+	require.NoError(t, err)
+	e := b.get(t, id3)
+	require.LessOrEqual(t, len(e.LastError), 2000)
+	require.True(t, strings.HasSuffix(e.LastError, "…; lease expired while held by relay r"), e.LastError)
 }
 
 func testRetentionModes(t *testing.T, h Harness) {
@@ -550,6 +741,45 @@ func testRetentionModes(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	require.Equal(t, 1, b.db.Count(t, b.db.Archive))
+}
+
+// testArchiveKeepsExistingIDs: after TRUNCATE … RESTART IDENTITY (or an
+// insert with an explicit ID) an event's ID can already be in the archive.
+// Archiving it must still succeed, for the whole batch, and keep the
+// archived row; a failing mark would re-send the batch forever.
+func testArchiveKeepsExistingIDs(t *testing.T, h Harness) {
+	b := setup(t, h)
+	archive := func(want int) {
+		t.Helper()
+		c := b.claim(t, "r", 10, time.Minute)
+		require.Len(t, c.Events, want)
+		n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", LockedUntil: c.LockedUntil}, claimIDs(c), driver.RetainArchive)
+		require.NoError(t, err)
+		require.EqualValues(t, want, n, "every fenced row moved")
+	}
+	old := b.write(t, outbox.Message{EventType: "old", Payload: 1}, outbox.Message{EventType: "old", Payload: 2}).IDs
+	archive(2)
+
+	// Empty the table and restart its IDs, as an operator might.
+	switch h.Name {
+	case "postgres":
+		b.db.Exec(t, `TRUNCATE `+b.db.Table+` RESTART IDENTITY`)
+	case "sqlite":
+		b.db.Exec(t, `DELETE FROM `+b.db.Table+`; UPDATE sqlite_sequence SET seq = 0 WHERE name = 'outbox_events'`)
+	default: // MySQL, MariaDB: TRUNCATE restarts AUTO_INCREMENT
+		b.db.Exec(t, `TRUNCATE TABLE `+b.db.Table)
+	}
+	reused := b.write(t, outbox.Message{EventType: "new", Payload: 3}, outbox.Message{EventType: "new", Payload: 4},
+		outbox.Message{EventType: "new", Payload: 5}).IDs
+	require.Equal(t, old, reused[:2], "the IDs restarted")
+	archive(3)
+	require.Zero(t, b.db.Count(t, b.db.Table))
+	require.Equal(t, 3, b.db.Count(t, b.db.Archive), "the archived rows are kept, the new third one added")
+
+	// An explicit ID that is already archived.
+	b.db.Exec(t, fmt.Sprintf(`INSERT INTO %s (id, event_type, payload) VALUES (%d, 'explicit', '6')`, b.db.Table, reused[2]))
+	archive(1)
+	require.Equal(t, 3, b.db.Count(t, b.db.Archive))
 }
 
 // process claims and marks every due event processed.

@@ -86,8 +86,9 @@ func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
 // them.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-// Concat concatenates with CONCAT (|| is OR unless PIPES_AS_CONCAT).
-func (Dialect) Concat(a, b string) string { return "CONCAT(" + a + ", " + b + ")" }
+// ByteLength is LENGTH, which counts bytes (CHAR_LENGTH counts
+// characters).
+func (Dialect) ByteLength(column string) string { return "LENGTH(" + column + ")" }
 
 // TypeMatch uses LIKE with backslash as the escape character; event_type's
 // binary collation makes it case-sensitive.
@@ -99,6 +100,13 @@ func (Dialect) TypeMatch(globs []string) (string, []any) {
 		args[i] = pat
 	}
 	return "(" + strings.Join(conds, " OR ") + ")", args
+}
+
+// KeepExisting turns a duplicate primary key into a no-op update of the
+// existing row. INSERT IGNORE would skip it too, but would also store a
+// truncated or converted value where strict mode refuses a bad one.
+func (d Dialect) KeepExisting(table string) string {
+	return "\nON DUPLICATE KEY UPDATE " + table + "." + d.Quote("id") + " = " + table + "." + d.Quote("id")
 }
 
 // ForUpdate locks the selected rows until the transaction ends.
@@ -181,6 +189,25 @@ const (
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
 )
+
+// dataErrors are the error numbers by which MySQL and MariaDB refuse a
+// statement for the data it carries: retrying it cannot help.
+var dataErrors = map[int]bool{
+	1048: true, // ER_BAD_NULL_ERROR: column cannot be null
+	1062: true, // ER_DUP_ENTRY
+	1264: true, // ER_WARN_DATA_OUT_OF_RANGE
+	1292: true, // ER_TRUNCATED_WRONG_VALUE: an invalid date, number, …
+	1366: true, // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: "Incorrect string value" (invalid UTF-8)
+	1406: true, // ER_DATA_TOO_LONG
+	1451: true, // ER_ROW_IS_REFERENCED_2: a foreign key
+	1452: true, // ER_NO_REFERENCED_ROW_2: a foreign key
+	3140: true, // ER_INVALID_JSON_TEXT (MySQL)
+	3819: true, // ER_CHECK_CONSTRAINT_VIOLATED (MySQL)
+	4025: true, // ER_CONSTRAINT_FAILED: a CHECK constraint (MariaDB)
+}
+
+// IsDataError reports an error number in dataErrors.
+func (Dialect) IsDataError(err error) bool { return dataErrors[ErrorNumber(err)] }
 
 // IsNoTable reports a missing table or database.
 func (Dialect) IsNoTable(err error) bool {

@@ -3,5 +3,9 @@ package pgdriver
 // ClaimSQL exposes the claim statement to plan tests.
 func ClaimSQL(d *Driver) string { return d.q.claim }
 
+// ClaimBudgetSQL exposes the claim statement with a byte budget to plan
+// tests.
+func ClaimBudgetSQL(d *Driver) string { return d.q.claimBudget }
+
 // PurgeArchiveSQL exposes the archive's batched purge to plan tests.
 func PurgeArchiveSQL(d *Driver) string { return d.q.purgeArchive }

@@ -55,14 +55,20 @@ func (d *Driver) Ping(ctx context.Context) error {
 }
 
 // wrap turns a missing-table error into driver.ErrNoTable so callers can
-// tell the operator to migrate.
+// tell the operator to migrate, and marks data errors (SQLSTATE classes 22
+// and 23) with driver.ErrDataRefused.
 func wrap(err error) error {
 	if err == nil {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return fmt.Errorf("%w: %s", driver.ErrNoTable, pgErr.Message)
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "42P01" || pgErr.Code == "3F000":
+			return fmt.Errorf("%w: %s", driver.ErrNoTable, pgErr.Message)
+		case strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"):
+			return fmt.Errorf("%w: %w", driver.ErrDataRefused, err)
+		}
 	}
 	return err
 }
@@ -77,4 +83,9 @@ func expand(sqlText, schema string) string {
 
 // WrapError maps a missing-table error to driver.ErrNoTable and leaves
 // others as they are.
-func WrapError(err error) error { return wrap(err) }
+func WrapError(err error) error {
+	if errors.Is(wrap(err), driver.ErrNoTable) {
+		return wrap(err)
+	}
+	return err
+}

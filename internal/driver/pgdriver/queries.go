@@ -5,7 +5,9 @@ import "strings"
 // queries holds every relay and operator statement for one table, built once.
 type queries struct {
 	claim, claimFiltered                           string
-	markProcessed, markFailed, release, rescue     string
+	claimBudget, claimFilteredBudget               string
+	markProcessed, markFailed, release             string
+	rescueSelect, rescue, getMany                  string
 	markDeleted, markArchived, purgeArchive        string
 	stats, estimateStats, get, requeue, listPrefix string
 	requeueStatus, purge                           map[string]string // by status
@@ -18,7 +20,7 @@ func eventColumns(prefix string) string {
 		"id", "event_type", "coalesce(%aggregate_type, '')", "coalesce(%aggregate_id, '')",
 		"payload", "headers", "coalesce(%idempotency_key, '')", "status", "attempts",
 		"coalesce(%max_attempts, 0)", "coalesce(%last_error, '')", "available_at",
-		"locked_until", "coalesce(%locked_by, '')", "created_at", "updated_at", "processed_at",
+		"locked_until", "coalesce(%locked_by, '')", "created_at", "updated_at", "processed_at", "lease_expiries",
 	}
 	for i, c := range cols {
 		if strings.Contains(c, "%") {
@@ -45,9 +47,15 @@ func buildQueries(t string) queries {
 	// than the limit, and materializing it keeps the planner on the
 	// outbox_events_pending_idx range scan even under a generic plan.
 	// SKIP LOCKED lets any number of relays claim disjoint batches.
+	//
+	// A suspect (an event with a lease expiry on record: its relay died
+	// holding it) is claimed alone: when the locked rows hold one, the
+	// first in claim order is the whole claim, and the others stay pending
+	// for the next claim. The test is one scan of the CTE's rows in memory
+	// (an InitPlan, run once); the index scan and the join are as before.
 	claim := func(filter string) string {
 		return `WITH due AS MATERIALIZED (
-    SELECT id FROM ` + t + `
+    SELECT id, available_at, lease_expiries FROM ` + t + `
     WHERE status = 'pending' AND available_at <= now()` + filter + `
     ORDER BY available_at, id
     LIMIT $1
@@ -58,12 +66,49 @@ SET status = 'processing', locked_by = $2,
     locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
 FROM due
 WHERE e.id = due.id
+  AND due.id = coalesce((SELECT s.id FROM due s WHERE s.lease_expiries > 0 ORDER BY s.available_at, s.id LIMIT 1), due.id)
 RETURNING ` + claimColumns
 	}
 	q.claim = claim("")
 	// A relay serving some event types filters in the claim itself, so it
 	// never leases (and never delays) events meant for another relay.
-	q.claimFiltered = claim("\n      AND event_type LIKE ANY($4::text[])")
+	const typeFilter = "\n      AND event_type LIKE ANY($4::text[])"
+	q.claimFiltered = claim(typeFilter)
+
+	// With a byte budget (RelayConfig.MaxBatchBytes) the claim takes the
+	// locked rows in claim order while their running total of stored bytes
+	// stays within the budget, the first row always; a suspect is still
+	// claimed alone. pg_column_size reads the stored size (compressed, for
+	// a large TOASTed value) without detoasting anything. A variant of its
+	// own, so that the claim without a budget keeps its plan.
+	claimBudget := func(filter, budget string) string {
+		return `WITH due AS MATERIALIZED (
+    SELECT id, available_at, lease_expiries, pg_column_size(payload) + pg_column_size(headers) AS size FROM ` + t + `
+    WHERE status = 'pending' AND available_at <= now()` + filter + `
+    ORDER BY available_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), suspect AS MATERIALIZED (
+    SELECT id FROM due WHERE lease_expiries > 0 ORDER BY available_at, id LIMIT 1
+), pick AS MATERIALIZED (
+    SELECT id FROM suspect
+    UNION ALL
+    SELECT id FROM (
+        SELECT id, row_number() OVER w AS n, sum(size) OVER w AS total
+        FROM due
+        WINDOW w AS (ORDER BY available_at, id)
+    ) fit
+    WHERE (n = 1 OR total <= ` + budget + `::bigint) AND NOT EXISTS (SELECT FROM suspect)
+)
+UPDATE ` + t + ` AS e
+SET status = 'processing', locked_by = $2,
+    locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
+FROM pick
+WHERE e.id = pick.id
+RETURNING ` + claimColumns
+	}
+	q.claimBudget = claimBudget("", "$4")
+	q.claimFilteredBudget = claimBudget(typeFilter, "$5")
 
 	// Marks are fenced on the lease they were claimed under: a relay whose
 	// lease expired and whose rows were re-claimed changes nothing.
@@ -77,18 +122,24 @@ WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND lo
 	fence := `id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
 	q.markDeleted = `DELETE FROM ` + t + ` WHERE ` + fence
 	// Retention "archive": move the fenced rows to the archive table in one
-	// statement.
+	// statement, which counts the rows it moved. An ID already archived
+	// (the identity restarted by TRUNCATE … RESTART IDENTITY, an explicit
+	// ID) keeps its archived row: a conflict must not fail the mark of
+	// the whole batch, every time, while the events are re-sent forever.
 	archive := strings.TrimSuffix(t, `"`) + `_archive"`
 	q.markArchived = `WITH moved AS (
     DELETE FROM ` + t + ` WHERE ` + fence + `
     RETURNING id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
               attempts, max_attempts, last_error, available_at, locked_by, created_at
+), archived AS (
+    INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+        status, attempts, max_attempts, last_error, available_at, locked_by, created_at, updated_at, processed_at)
+    SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+        'processed', attempts, max_attempts, last_error, available_at, locked_by, created_at, now(), now()
+    FROM moved
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
-    status, attempts, max_attempts, last_error, available_at, locked_by, created_at, updated_at, processed_at)
-SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
-    'processed', attempts, max_attempts, last_error, available_at, locked_by, created_at, now(), now()
-FROM moved`
+SELECT count(*) FROM moved`
 	// The outer processed_at condition lets a partitioned archive prune to
 	// the partitions that straddle the cutoff (the ones wholly before it
 	// are dropped, not purged row by row).
@@ -120,21 +171,23 @@ RETURNING e.id, e.status`
 SET status = 'pending', locked_until = NULL, updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'processing' AND locked_by = $2 AND locked_until = $3`
 
-	// Reads only outbox_events_processing_idx; SKIP LOCKED so it never waits
-	// on a relay that is marking the same rows right now.
-	q.rescue = `WITH expired AS MATERIALIZED (
-    SELECT id FROM ` + t + `
-    WHERE status = 'processing' AND locked_until < now()
-    ORDER BY locked_until
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE ` + t + ` AS e
-SET status = 'pending', locked_until = NULL, updated_at = now(),
-    last_error = 'lease expired while held by relay ' || coalesce(e.locked_by, 'unknown')
-FROM expired
-WHERE e.id = expired.id
-RETURNING e.id`
+	// The rescue reads and locks expired leases (outbox_events_processing_idx
+	// only; SKIP LOCKED so it never waits on a relay that is marking the
+	// same rows right now), decides each row's status and last error in Go
+	// (driver.Expired), and writes them in one statement, in one
+	// transaction.
+	q.rescueSelect = `SELECT id, attempts, lease_expiries, coalesce(max_attempts, $2), coalesce(last_error, ''), coalesce(locked_by, '')
+FROM ` + t + `
+WHERE status = 'processing' AND locked_until < now()
+ORDER BY locked_until
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+	q.rescue = `UPDATE ` + t + ` AS e
+SET status = r.status, attempts = e.attempts + 1, lease_expiries = e.lease_expiries + 1,
+    last_error = r.error, locked_until = NULL, updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS r(id, status, error)
+WHERE e.id = r.id`
+	q.getMany = `SELECT ` + eventColumns("") + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) ORDER BY id`
 
 	// pending, processing and failed are counted from their partial
 	// indexes; the oldest due pending event is the first entry of
@@ -164,7 +217,7 @@ RETURNING e.id`
 	q.listPrefix = `SELECT ` + eventColumns("") + ` FROM ` + t
 
 	q.requeue = `UPDATE ` + t + `
-SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[])
 RETURNING id`
@@ -183,7 +236,7 @@ RETURNING id`
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + t + ` AS e
-SET status = 'pending', attempts = 0, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 FROM sel
 WHERE e.id = sel.id

@@ -17,10 +17,16 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 		rows pgx.Rows
 		err  error
 	)
-	if len(p.EventTypes) == 0 {
+	switch {
+	case len(p.EventTypes) == 0 && p.MaxBytes <= 0:
 		rows, err = d.pool.Query(ctx, d.q.claim, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
-	} else {
+	case len(p.EventTypes) == 0:
+		rows, err = d.pool.Query(ctx, d.q.claimBudget, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), p.MaxBytes)
+	case p.MaxBytes <= 0:
 		rows, err = d.pool.Query(ctx, d.q.claimFiltered, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), driver.LikePatterns(p.EventTypes))
+	default:
+		rows, err = d.pool.Query(ctx, d.q.claimFilteredBudget, p.BatchSize, p.RelayID, p.Lease.Milliseconds(),
+			driver.LikePatterns(p.EventTypes), p.MaxBytes)
 	}
 	if err != nil {
 		return driver.Claim{}, wrap(err)
@@ -51,7 +57,9 @@ func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64,
 	case driver.RetainDelete:
 		sqlText = d.q.markDeleted
 	case driver.RetainArchive:
-		sqlText = d.q.markArchived
+		var n int64
+		err := d.pool.QueryRow(ctx, d.q.markArchived, ids, f.RelayID, f.LockedUntil).Scan(&n)
+		return n, wrap(err)
 	}
 	tag, err := d.pool.Exec(ctx, sqlText, ids, f.RelayID, f.LockedUntil)
 	if err != nil {
@@ -96,14 +104,50 @@ func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int6
 	return tag.RowsAffected(), nil
 }
 
-// RescueExpired returns events whose lease expired to pending.
-func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) {
-	rows, err := d.pool.Query(ctx, d.q.rescue, limit)
+// RescueExpired settles events whose lease expired, in one transaction:
+// back to pending, or to failed once out of attempts.
+func (d *Driver) RescueExpired(ctx context.Context, p driver.RescueParams) (driver.RescueResult, error) {
+	var res driver.RescueResult
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		res = driver.RescueResult{}
+		rows, err := tx.Query(ctx, d.q.rescueSelect, p.Limit, p.MaxAttempts)
+		if err != nil {
+			return err
+		}
+		var e driver.Expired
+		var ids, dead []int64
+		var statuses, errs []string
+		_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Attempts, &e.LeaseExpiries, &e.MaxAttempts, &e.LastError, &e.LockedBy}, func() error {
+			status, lastErr := e.Rescue()
+			ids, statuses, errs = append(ids, e.ID), append(statuses, status), append(errs, lastErr)
+			if status == driver.StatusFailed {
+				dead = append(dead, e.ID)
+			} else {
+				res.Rescued = append(res.Rescued, e.ID)
+			}
+			return nil
+		})
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, d.q.rescue, ids, statuses, errs); err != nil {
+			return err
+		}
+		if len(dead) > 0 {
+			rows, err := tx.Query(ctx, d.q.getMany, dead)
+			if err != nil {
+				return err
+			}
+			res.Dead, err = collectEvents(rows, len(dead))
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, wrap(err)
+		return driver.RescueResult{}, wrap(err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	return ids, wrap(err)
+	slices.Sort(res.Rescued)
+	return res, nil
 }
 
 // collectClaimed scans a claim's rows in claimColumns order. The
@@ -153,7 +197,7 @@ func collectEvents(rows pgx.Rows, capacity int) ([]driver.Event, error) {
 		var e driver.Event
 		err := rows.Scan(&e.ID, &e.EventType, &e.AggregateType, &e.AggregateID, &e.Payload, &headers,
 			&e.IdempotencyKey, &e.Status, &e.Attempts, &e.MaxAttempts, &e.LastError, &e.AvailableAt,
-			&lockedUntil, &e.LockedBy, &e.CreatedAt, &e.UpdatedAt, &processedAt)
+			&lockedUntil, &e.LockedBy, &e.CreatedAt, &e.UpdatedAt, &processedAt, &e.LeaseExpiries)
 		if err != nil {
 			return nil, err
 		}

@@ -31,17 +31,25 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 		// at the limit, whereas a table scan and a sort would lock every
 		// due row it met until the claim commits, and other relays would
 		// skip them all.
-		var now Time
-		events, err := queryEventsWith(ctx, tx, p.BatchSize, &now, `SELECT `+d.cols+`, `+d.d.Now()+`
-FROM `+d.table+d.d.Index("outbox_events_pending_idx")+`
-WHERE status = 'pending' AND available_at <= `+d.d.Now()+filter+`
+		var (
+			now    Time
+			events []driver.Event
+			err    error
+		)
+		due := `
+FROM ` + d.table + d.d.Index("outbox_events_pending_idx") + `
+WHERE status = 'pending' AND available_at <= ` + d.d.Now() + filter + `
 ORDER BY available_at, id
-LIMIT ?`+d.d.ForUpdateSkipLocked(), append(args, p.BatchSize)...)
-		if err != nil {
-			return err
+LIMIT ?` + d.d.ForUpdateSkipLocked()
+		if p.MaxBytes > 0 {
+			events, err = d.claimWithin(ctx, tx, p, due, append(args, p.BatchSize), &now)
+		} else {
+			events, err = queryEventsWith(ctx, tx, p.BatchSize, &now, `SELECT `+d.cols+`, `+d.d.Now()+due,
+				append(args, p.BatchSize)...)
+			events = driver.IsolateSuspect(events)
 		}
-		if len(events) == 0 {
-			return nil
+		if err != nil || len(events) == 0 {
+			return err
 		}
 		lockedUntil, err := d.parseStored(d.d.FormatTime(now.Add(p.Lease)))
 		if err != nil {
@@ -65,6 +73,49 @@ WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`, upd...); err !
 		return nil
 	})
 	return claim, err
+}
+
+// claimWithin is the select of a claim with a byte budget: it locks the
+// due rows reading only their IDs, flags and sizes (due is the select's
+// FROM … LIMIT ? tail, args its arguments), picks the suspect alone or the
+// rows that fit the budget, and reads the whole of those rows only.
+func (d *Driver) claimWithin(ctx context.Context, tx Tx, p driver.ClaimParams, due string, args []any, now *Time) ([]driver.Event, error) {
+	ids, sizes, suspect, err := d.lockDue(ctx, tx, due, args, now)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(ids) == 0:
+		return nil, nil
+	case suspect != 0:
+		ids = []int64{suspect}
+	default:
+		ids = ids[:driver.FitBudget(sizes, p.MaxBytes)]
+	}
+	return queryEvents(ctx, tx, len(ids), `SELECT `+d.cols+` FROM `+d.table+d.d.ByID()+`
+WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'
+ORDER BY available_at, id`, int64Args(ids)...)
+}
+
+// lockDue runs the select of claimWithin: the due rows' IDs and sizes in
+// claim order, and the first suspect's ID (0 for none).
+func (d *Driver) lockDue(ctx context.Context, tx Tx, due string, args []any, now *Time) (ids, sizes []int64, suspect int64, err error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, lease_expiries, `+d.d.ByteLength("payload")+` + `+d.d.ByteLength("headers")+`, `+d.d.Now()+due, args...)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var id, expiries, size int64
+		if err := rows.Scan(&id, &expiries, &size, now); err != nil {
+			return nil, nil, 0, err
+		}
+		if expiries > 0 && suspect == 0 {
+			suspect = id
+		}
+		ids, sizes = append(ids, id), append(sizes, size)
+	}
+	return ids, sizes, suspect, rows.Err()
 }
 
 // parseStored reads a timestamp back from its stored text form, so the
@@ -112,9 +163,12 @@ func (d *Driver) archiveFenced(ctx context.Context, where string, args []any) (i
 		in := placeholders(len(ids))
 		const cols = `id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
     attempts, max_attempts, last_error, available_at, locked_by, created_at`
+		// An ID already archived keeps its archived row (see
+		// Dialect.KeepExisting): a conflict must not fail the whole
+		// batch's mark, every time.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+d.archive+` (`+cols+`, status, updated_at, processed_at)
 SELECT `+cols+`, 'processed', `+d.d.Now()+`, `+d.d.Now()+`
-FROM `+d.table+d.d.ByID()+` WHERE id IN (`+in+`)`, int64Args(ids)...); err != nil {
+FROM `+d.table+d.d.ByID()+` WHERE id IN (`+in+`)`+d.d.KeepExisting(d.archive), int64Args(ids)...); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, d.d.DeleteByID(d.table)+` WHERE `+where, args...)
@@ -213,29 +267,78 @@ SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`
 WHERE `+where, args...)
 }
 
-// RescueExpired returns up to limit events whose lease expired to pending.
-// It reads the processing index only, and skips rows a relay is marking
-// right now.
-func (d *Driver) RescueExpired(ctx context.Context, limit int) ([]int64, error) {
-	var ids []int64
+// RescueExpired settles up to p.Limit events whose lease expired: back to
+// pending, or to failed once out of attempts. It reads the processing index
+// only, and skips rows a relay is marking right now. Rows that end with the
+// same status and last error (those of one dead relay, as a rule) are
+// written by one statement.
+func (d *Driver) RescueExpired(ctx context.Context, p driver.RescueParams) (driver.RescueResult, error) {
+	var res driver.RescueResult
 	err := d.inTx(ctx, func(tx Tx) error {
-		var err error
-		ids, err = queryIDs(ctx, tx, `SELECT id FROM `+d.table+d.d.Index("outbox_events_processing_idx")+`
-WHERE status = 'processing' AND locked_until < `+d.d.Now()+`
-ORDER BY locked_until
-LIMIT ?`+d.d.ForUpdateSkipLocked(), limit)
-		if err != nil || len(ids) == 0 {
+		res = driver.RescueResult{}
+		expired, err := d.readExpired(ctx, tx, p)
+		if err != nil || len(expired) == 0 {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
-SET status = 'pending', locked_until = NULL, updated_at = `+d.d.Now()+`,
-    last_error = `+d.d.Concat("'lease expired while held by relay '", "coalesce(locked_by, 'unknown')")+`
-WHERE id IN (`+placeholders(len(ids))+`) AND status = 'processing'`, int64Args(ids)...)
+		type outcome struct{ status, lastError string }
+		groups := map[outcome][]int64{}
+		var order []outcome
+		var dead []int64
+		for _, e := range expired {
+			status, lastErr := e.Rescue()
+			o := outcome{status, lastErr}
+			if _, ok := groups[o]; !ok {
+				order = append(order, o)
+			}
+			groups[o] = append(groups[o], e.ID)
+			if status == driver.StatusFailed {
+				dead = append(dead, e.ID)
+			} else {
+				res.Rescued = append(res.Rescued, e.ID)
+			}
+		}
+		for _, o := range order {
+			ids := groups[o]
+			args := append([]any{o.status, o.lastError}, int64Args(ids)...)
+			// The counters come last: MySQL evaluates SET left to right.
+			if _, err := tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
+SET status = ?, last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`,
+    attempts = attempts + 1, lease_expiries = lease_expiries + 1
+WHERE id IN (`+placeholders(len(ids))+`)`, args...); err != nil {
+				return err
+			}
+		}
+		if len(dead) > 0 {
+			res.Dead, err = queryEvents(ctx, tx, len(dead), `SELECT `+d.cols+` FROM `+d.table+d.d.ByID()+`
+WHERE id IN (`+placeholders(len(dead))+`) ORDER BY id`, int64Args(dead)...)
+		}
 		return err
 	})
 	if err != nil {
+		return driver.RescueResult{}, err
+	}
+	slices.Sort(res.Rescued)
+	return res, nil
+}
+
+// readExpired reads and locks up to p.Limit expired leases.
+func (d *Driver) readExpired(ctx context.Context, tx Tx, p driver.RescueParams) ([]driver.Expired, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, attempts, lease_expiries, coalesce(max_attempts, ?), coalesce(last_error, ''), coalesce(locked_by, '')
+FROM `+d.table+d.d.Index("outbox_events_processing_idx")+`
+WHERE status = 'processing' AND locked_until < `+d.d.Now()+`
+ORDER BY locked_until
+LIMIT ?`+d.d.ForUpdateSkipLocked(), p.MaxAttempts, p.Limit)
+	if err != nil {
 		return nil, err
 	}
-	slices.Sort(ids)
-	return ids, nil
+	defer func() { _ = rows.Close() }()
+	var out []driver.Expired
+	for rows.Next() {
+		var e driver.Expired
+		if err := rows.Scan(&e.ID, &e.Attempts, &e.LeaseExpiries, &e.MaxAttempts, &e.LastError, &e.LockedBy); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

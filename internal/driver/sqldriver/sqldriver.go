@@ -52,8 +52,9 @@ type Dialect interface {
 	// FormatTime renders t as the database stores timestamps, for binding
 	// and exact comparison (the fence).
 	FormatTime(t time.Time) string
-	// Concat concatenates two SQL string expressions.
-	Concat(a, b string) string
+	// ByteLength is the length in bytes of a text column's value, as
+	// stored.
+	ByteLength(column string) string
 	// TypeMatch returns the condition that matches event_type against
 	// one of globs (* matches any run of characters, case-sensitively),
 	// with its arguments.
@@ -79,6 +80,11 @@ type Dialect interface {
 	// index in its order, so that it stops at its LIMIT and locks no row
 	// it does not return.
 	Index(name string) string
+	// KeepExisting ends an INSERT … SELECT … WHERE into table so that a
+	// row whose primary key is taken is skipped and the existing row kept,
+	// while every other error (a data error above all) still fails the
+	// statement: not INSERT IGNORE, which turns those into warnings.
+	KeepExisting(table string) string
 	// Begin starts a short write transaction.
 	Begin(ctx context.Context, db *sql.DB) (Tx, error)
 	// Transient reports an error after which the transaction, once rolled
@@ -106,6 +112,10 @@ type Dialect interface {
 	SchemaVersion(ctx context.Context, db *sql.DB, schema string) (int, error)
 	// IsNoTable reports whether err says a table does not exist.
 	IsNoTable(err error) bool
+	// IsDataError reports whether the database refused a statement for
+	// the data it carries (a bad value, a constraint): the same statement
+	// would fail again (driver.ErrDataRefused).
+	IsDataError(err error) bool
 }
 
 // Tx is a short write transaction.
@@ -188,8 +198,15 @@ func infos(ms []Migration) []driver.Migration {
 	return out
 }
 
-// wrap maps a missing-table error to driver.ErrNoTable.
-func (d *Driver) wrap(err error) error { return WrapError(d.d, err) }
+// wrap maps a missing-table error to driver.ErrNoTable and marks data
+// errors (Dialect.IsDataError) with driver.ErrDataRefused.
+func (d *Driver) wrap(err error) error {
+	err = WrapError(d.d, err)
+	if err != nil && !errors.Is(err, driver.ErrNoTable) && d.d.IsDataError(err) {
+		return fmt.Errorf("%w: %w", driver.ErrDataRefused, err)
+	}
+	return err
+}
 
 // WrapError maps a missing-table error to driver.ErrNoTable and leaves
 // others as they are.
@@ -331,7 +348,7 @@ func eventColumns(prefix string) string {
 	cols := []string{
 		"id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "idempotency_key",
 		"status", "attempts", "max_attempts", "last_error", "available_at", "locked_until", "locked_by",
-		"created_at", "updated_at", "processed_at",
+		"created_at", "updated_at", "processed_at", "lease_expiries",
 	}
 	for i, c := range cols {
 		cols[i] = prefix + c
@@ -356,7 +373,7 @@ func scanEvent(s scanner, extra ...any) (driver.Event, error) {
 	)
 	dest := append([]any{&e.ID, &e.EventType, &aggType, &aggID, &payload, &headers, &key, &e.Status,
 		&e.Attempts, &maxAttempts, &lastErr, &available, &lockedUntil, &lockedBy, &created, &updated,
-		&processedAt}, extra...)
+		&processedAt, &e.LeaseExpiries}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return e, err
 	}

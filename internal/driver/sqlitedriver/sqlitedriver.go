@@ -15,7 +15,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -90,8 +92,9 @@ func (Dialect) FormatTime(t time.Time) string { return FormatTime(t) }
 // truncated to the millisecond.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-// Concat concatenates with ||.
-func (Dialect) Concat(a, b string) string { return a + " || " + b }
+// ByteLength is length() of the value as a blob: length() of text counts
+// characters.
+func (Dialect) ByteLength(column string) string { return "length(CAST(" + column + " AS BLOB))" }
 
 // TypeMatch uses GLOB, which is case-sensitive (SQLite's LIKE is not, for
 // ASCII): * stays the wildcard, and GLOB's own special characters are
@@ -107,6 +110,12 @@ func (Dialect) TypeMatch(globs []string) (string, []any) {
 }
 
 var globEscaper = strings.NewReplacer("?", "[?]", "[", "[[]")
+
+// KeepExisting is an upsert clause that does nothing: unlike INSERT OR
+// IGNORE it applies to uniqueness conflicts only, not to NOT NULL or CHECK
+// failures. (The SELECT it follows must have a WHERE clause, or SQLite
+// would read ON as the start of a join constraint.)
+func (Dialect) KeepExisting(string) string { return "\nON CONFLICT DO NOTHING" }
 
 // ForUpdate is empty: BEGIN IMMEDIATE already holds the only write lock.
 func (Dialect) ForUpdate() string { return "" }
@@ -162,6 +171,46 @@ func (Dialect) InsertedCount(ctx context.Context, q sqldriver.Querier, schema st
 // its message: the result code is shared by every SQL error).
 func (Dialect) IsNoTable(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "no such table")
+}
+
+// SQLite's primary result codes for a statement refused for its data.
+const (
+	sqliteTooBig     = 18 // SQLITE_TOOBIG: a string or blob over the limit
+	sqliteConstraint = 19 // SQLITE_CONSTRAINT: CHECK, NOT NULL, UNIQUE, a trigger's RAISE(ABORT)
+	sqliteMismatch   = 20 // SQLITE_MISMATCH: a datatype mismatch
+)
+
+// IsDataError reports a constraint, too-big or datatype-mismatch error,
+// extended codes included.
+func (Dialect) IsDataError(err error) bool {
+	switch ErrorCode(err) & 0xff {
+	case sqliteTooBig, sqliteConstraint, sqliteMismatch:
+		return true
+	}
+	return false
+}
+
+// ErrorCode returns the SQLite result code in err's chain, 0 if none:
+// from a Code() int method (modernc.org/sqlite) or an integer Code field
+// (mattn/go-sqlite3), since this package must not import a client library.
+func ErrorCode(err error) int {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code()
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		if f := v.FieldByName("Code"); f.IsValid() && f.CanInt() {
+			return int(f.Int())
+		}
+	}
+	return 0
 }
 
 // Migrations returns the embedded migrations.

@@ -82,6 +82,7 @@ var fileKeys = []fileKey{
 	{"relay", "backoff_max", "backoff-max", kindDuration},
 	{"relay", "retention", "retention", kindRetention},
 	{"relay", "listen", "listen", kindBool},
+	{"relay", "max_batch_bytes", "max-batch-bytes", kindPositive},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},

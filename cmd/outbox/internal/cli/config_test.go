@@ -54,6 +54,7 @@ relay:
   backoff_max: 1m
   retention: archive
   listen: true
+  max_batch_bytes: 67108864
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -84,6 +85,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, []route.Rule{{EventType: "order.*", Topic: "orders.{aggregate_id}"}, {EventType: "*", Topic: "rest"}}, get("route-rule").rules)
 	require.Equal(t, []string{"order.*", "user.created"}, get("event-types").list)
 	require.Equal(t, 50, get("batch-size").num)
+	require.Equal(t, 64<<20, get("max-batch-bytes").num)
 	require.Equal(t, 250*time.Millisecond, get("poll-interval").dur)
 	require.Equal(t, time.Minute, get("backoff-max").dur)
 	require.Equal(t, "archive", get("retention").str)

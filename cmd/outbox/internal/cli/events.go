@@ -90,6 +90,7 @@ type eventJSON struct {
 	Status         outbox.Status     `json:"status"`
 	Attempts       int               `json:"attempts"`
 	MaxAttempts    int               `json:"max_attempts"` // 0: the relay's default
+	LeaseExpiries  int               `json:"lease_expiries"`
 	LastError      string            `json:"last_error"`
 	IdempotencyKey string            `json:"idempotency_key"`
 	Headers        map[string]string `json:"headers"`
@@ -113,7 +114,7 @@ func eventDocument(e *outbox.Event) eventJSON {
 	}
 	return eventJSON{
 		ID: e.ID, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
-		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LastError: e.LastError,
+		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LeaseExpiries: e.LeaseExpiries, LastError: e.LastError,
 		IdempotencyKey: e.IdempotencyKey, Headers: headers, Payload: payload,
 		CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(), AvailableAt: e.AvailableAt.UTC(),
 		LockedBy: e.LockedBy, LockedUntil: optionalTime(e.LockedUntil), ProcessedAt: optionalTime(e.ProcessedAt),

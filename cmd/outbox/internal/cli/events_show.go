@@ -61,6 +61,10 @@ func (a *app) writeEvent(e *outbox.Event) error {
 	field("status", e.Status)
 	field("attempts", e.Attempts)
 	field("max_attempts", maxAttempts)
+	if e.LeaseExpiries > 0 {
+		// Shown only when there is one: a relay died holding the event.
+		field("lease_expiries", e.LeaseExpiries)
+	}
 	field("last_error", orDash(oneLine(e.LastError)))
 	field("idempotency_key", orDash(e.IdempotencyKey))
 	field("created_at", formatTime(e.CreatedAt))

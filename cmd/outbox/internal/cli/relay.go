@@ -31,7 +31,7 @@ var relayFlagNames = map[string]string{
 	"Lease": "lease", "SinkTimeout": "sink-timeout", "MaxAttempts": "max-attempts",
 	"BackoffBase": "backoff-base", "BackoffMax": "backoff-max", "RelayID": "relay-id",
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
-	"Retention": "retention",
+	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes",
 }
 
 // relayFlags are the relay command's flags, before the config file and the
@@ -96,6 +96,7 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.configPath, "config", "", "YAML file with the relay's settings (see docs/brokers.md); flags and environment variables win over it")
 	f.StringVar(&rf.sinkURL, "sink", "", "where to publish: stdout:, http(s)://…, nats://…, kafka://…, amqp(s)://…, redis(s)://… or mqtt(s)://… (default $"+EnvSinkURL+")")
 	f.IntVar(&rf.cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
+	f.IntVar(&rf.cfg.MaxBatchBytes, "max-batch-bytes", 0, "most payload and header bytes (as stored) claimed at once, so a batch of large payloads cannot exhaust memory; a claim always takes its first event; 0 for no bound")
 	f.IntVar(&rf.cfg.Workers, "workers", outbox.WorkersDefault, "claim-publish-mark loops running at once")
 	f.DurationVar(&rf.cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after an empty claim")
 	f.DurationVar(&rf.cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
@@ -338,6 +339,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
+		"max-batch-bytes":  &rf.cfg.MaxBatchBytes,
 		"sink-concurrency": &rf.so.Concurrency,
 	}
 	durs := map[string]*time.Duration{

@@ -1,0 +1,42 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// ErrLeaseExpired is the error the dead-letter hooks get for an event that
+// the lease rescue dead-lettered: its last attempt ended with the relay
+// that held it dying or hanging, not with an error from the sink. Its last
+// error in the table says which relays held it, and Event.LeaseExpiries
+// how many of its attempts ended so.
+var ErrLeaseExpired = errors.New("outbox: the event's last attempt ended in a lease expiry: the relay holding it died or hung")
+
+// rescue settles up to limit events whose lease expired, runs the hooks,
+// and returns how many it settled.
+func (r *Relay) rescue(ctx context.Context, limit int) (int, error) {
+	res, err := r.drv.RescueExpired(ctx, driver.RescueParams{Limit: limit, MaxAttempts: r.cfg.MaxAttempts})
+	if err != nil {
+		return 0, err
+	}
+	n := len(res.Rescued) + len(res.Dead)
+	if n == 0 {
+		return 0, nil
+	}
+	if len(res.Rescued) > 0 {
+		r.log.Warn("rescued events whose lease expired; each is claimed alone from now on",
+			slog.Int("events", len(res.Rescued)))
+		r.Wake()
+	}
+	info := RescueInfo{RelayID: r.cfg.RelayID, Rescued: res.Rescued, Dead: eventsFromRows(res.Dead)}
+	for _, e := range info.Dead {
+		r.deadLetter(ctx, e, ErrLeaseExpired)
+	}
+	for _, h := range r.rescueHooks {
+		r.safeHook(func() { h.OnRescue(ctx, info) })
+	}
+	return n, nil
+}
