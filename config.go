@@ -48,6 +48,7 @@ const (
 	PollIntervalDefault = time.Second
 	LeaseDefault        = 30 * time.Second
 	SinkTimeoutDefault  = 10 * time.Second
+	DBTimeoutDefault    = 10 * time.Second
 	MaxAttemptsDefault  = 5
 	BackoffBaseDefault  = time.Second
 	BackoffMaxDefault   = 5 * time.Minute
@@ -95,6 +96,14 @@ type RelayConfig struct {
 	// a batch is settled before another relay can re-claim it. Defaults to
 	// SinkTimeoutDefault, or half the lease when that is shorter.
 	SinkTimeout time.Duration
+	// DBTimeout bounds each of the relay's database calls (a claim, one
+	// try of a mark or a release, a lease rescue), so a connection that
+	// stopped answering without closing (a half-open TCP connection, a
+	// proxy or firewall that dropped its state) fails the call instead of
+	// hanging the relay; the call is retried on a fresh connection. It
+	// must be shorter than Lease. Defaults to DBTimeoutDefault, or half
+	// the lease when that is shorter.
+	DBTimeout time.Duration
 	// MaxAttempts is how many attempts dead-letter an event whose row has
 	// no max_attempts. An attempt is a claim that ended without delivery: a
 	// failed publish, or a lease that expired because the relay holding the
@@ -116,15 +125,27 @@ type RelayConfig struct {
 	// lease, between 1 and 15 seconds.
 	RescueInterval time.Duration
 	// ShutdownTimeout bounds Run's graceful stop: in-flight batches that do
-	// not finish in time are cancelled and released. Defaults to SinkTimeout
-	// plus 5 seconds, at most a second less than the lease, so a stopping
-	// relay never holds a lease past its end.
+	// not finish in time are cancelled and released. Run returns at most a
+	// few seconds (StopGrace) after it, even when the database is down or
+	// the sink ignores the cancellation; what could not be released stays
+	// leased until its lease ends, and the relay logs it. Defaults to
+	// SinkTimeout plus 5 seconds, at most a second less than the lease, so
+	// a stopping relay never holds a lease past its end.
 	ShutdownTimeout time.Duration
 	// Listen makes the relay hold one connection in LISTEN and claim as
 	// soon as a writer with WriterConfig.NotifyInterval commits events,
 	// instead of waiting out PollInterval. Writers in the relay's own
 	// process can call Relay.Wake instead.
 	Listen bool
+	// PgBouncer says the relay's PostgreSQL pool goes through PgBouncer in
+	// transaction mode (or another pooler that lends a server connection
+	// per transaction); configure the pool with ConfigurePgBouncer. The
+	// relay then keeps no session state: no LISTEN (Listen is refused;
+	// wake-ups come from the poll, the trailing claim and Relay.Wake), no
+	// prepared statements, no startup parameters. Without it, Start
+	// refuses a pool that reaches PostgreSQL through a pooler, with
+	// ErrPooler, rather than misbehave later.
+	PgBouncer bool
 	// Retention is what happens to a delivered event's row. Defaults to
 	// RetainProcessed.
 	Retention Retention
@@ -152,6 +173,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.Lease, LeaseDefault)
 	setDefault(&c.SinkTimeout, min(SinkTimeoutDefault, c.Lease/2))
+	setDefault(&c.DBTimeout, min(DBTimeoutDefault, c.Lease/2))
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
 	setDefault(&c.BackoffBase, BackoffBaseDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
@@ -185,6 +207,10 @@ func (c RelayConfig) Validate() error {
 		return bad("SinkTimeout", "is %v: use a positive duration", c.SinkTimeout)
 	case c.SinkTimeout >= c.Lease:
 		return bad("SinkTimeout", "is %v, not shorter than the lease (%v): a publish could outlive its lease and be duplicated; lower the sink timeout or raise the lease", c.SinkTimeout, c.Lease)
+	case c.DBTimeout <= 0:
+		return bad("DBTimeout", "is %v: use a positive duration", c.DBTimeout)
+	case c.DBTimeout >= c.Lease:
+		return bad("DBTimeout", "is %v, not shorter than the lease (%v): a claim could return events whose lease already ended; lower it", c.DBTimeout, c.Lease)
 	case c.MaxAttempts < 1:
 		return bad("MaxAttempts", "is %d: use at least 1", c.MaxAttempts)
 	case c.BackoffBase <= 0:
@@ -203,6 +229,8 @@ func (c RelayConfig) Validate() error {
 		// It is stored in locked_by (VARCHAR(255) on MySQL) and in
 		// last_error: the database must take it.
 		return bad("RelayID", "%q is not valid UTF-8 without NUL bytes of at most %d bytes", c.RelayID, relayIDMaxLen)
+	case c.Listen && c.PgBouncer:
+		return bad("Listen", "is set with PgBouncer: a pooler in transaction mode keeps no LISTEN session; the relay polls (lower PollInterval for lower latency)")
 	}
 	if _, err := ParseRetention(string(c.Retention)); err != nil {
 		return err

@@ -15,6 +15,17 @@ var ErrNotFound = driver.ErrNotFound
 // run `outbox migrate` or outboxmigrate.Migrate.
 var ErrNoTable = driver.ErrNoTable
 
+// ErrReadOnly is returned, wrapping the database's own error, when the
+// database refuses a write because it is read-only (a demoted primary or a
+// standby after a failover, default_transaction_read_only, MySQL's
+// read_only). The relay waits and retries without spending attempts.
+var ErrReadOnly = driver.ErrReadOnly
+
+// ErrPooler is returned by Relay.Start when the database is reached through
+// a connection pooler (PgBouncer) and the relay is not in PgBouncer mode
+// (RelayConfig.PgBouncer), or is but its pool keeps session state.
+var ErrPooler = driver.ErrPooler
+
 // ConfigError is an invalid configuration value or argument.
 type ConfigError struct {
 	Field string // the field, flag or argument that is wrong

@@ -2,8 +2,10 @@ package outbox
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/internal/driver"
@@ -137,10 +139,45 @@ func (p pgDatabase) Driver(schema string) driver.Driver {
 // the event is published again, which at-least-once delivery allows. The
 // events themselves are written by the application's transactions, with the
 // application's durability.
+//
+// It also bounds each new connection by RelayConnectTimeout unless cfg sets
+// a connect timeout (connect_timeout in the URL): pgxpool otherwise lets a
+// connection attempt that met a silent network run for two minutes,
+// holding a place in the pool.
 func ConfigureRelayPool(cfg *pgxpool.Config, relayID string) {
 	cfg.ConnConfig.RuntimeParams["application_name"] = "outbox-relay:" + relayID
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = RelayConnectTimeout
+	}
 }
+
+// ConfigurePgBouncer prepares the configuration of a pool that reaches
+// PostgreSQL through PgBouncer in transaction mode, which hands each
+// transaction to whichever server connection is free, so nothing may rely
+// on a session: statements run in pgx's exec mode (an unnamed statement,
+// parsed and run in one round trip) instead of named prepared statements,
+// and the startup parameters PgBouncer does not carry from one server
+// connection to the next are dropped (synchronous_commit among them: the
+// relay's marks then commit durably; to keep them asynchronous, set it for
+// the relay's database role with ALTER ROLE … SET synchronous_commit =
+// off). application_name stays: PgBouncer sets it on every server
+// connection it lends. Call it after ConfigureRelayPool, and set
+// RelayConfig.PgBouncer for a relay on the pool.
+func ConfigurePgBouncer(cfg *pgxpool.Config) {
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	for k := range cfg.ConnConfig.RuntimeParams {
+		switch strings.ToLower(k) {
+		case "application_name", "client_encoding", "datestyle", "timezone", "standard_conforming_strings":
+		default:
+			delete(cfg.ConnConfig.RuntimeParams, k)
+		}
+	}
+}
+
+// RelayConnectTimeout bounds a new connection of a pool prepared with
+// ConfigureRelayPool, unless its configuration sets a timeout of its own.
+const RelayConnectTimeout = 10 * time.Second
 
 // SchemaDefault is the schema that holds outbox_events unless configured.
 const SchemaDefault = "public"

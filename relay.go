@@ -37,11 +37,18 @@ type Relay struct {
 	publishHooks []HookPublish
 	rescueHooks  []HookRescue
 
+	// book tracks the leased batches, for Stop to report what it left.
+	book leaseBook
+
 	mu       sync.Mutex
 	started  bool
 	stopping chan struct{}      // closed by Stop: claim no more
 	hardStop context.CancelFunc // cancels in-flight publishes
-	done     chan struct{}      // closed when every goroutine has returned
+	// settleBase bounds the marks and releases, which outlive the hard
+	// stop; abandon, StopGrace after it, gives them up.
+	settleBase context.Context
+	abandon    context.CancelFunc
+	done       chan struct{} // closed when every goroutine has returned
 }
 
 // trailingClaimDelay is how soon the relay claims again after a claim that
@@ -115,13 +122,28 @@ func (r *Relay) Start(ctx context.Context) error {
 	if r.started {
 		return errors.New("outbox: relay already started")
 	}
+	if r.done != nil {
+		select {
+		case <-r.done:
+		default:
+			// Stop returned without them: a sink ignored its context.
+			return errors.New("outbox: relay still stopping: a publish of the last run has not returned (the sink ignores its context); try again later")
+		}
+	}
 	if err := r.drv.Ping(ctx); err != nil {
-		if errors.Is(err, ErrNoTable) {
+		switch {
+		case errors.Is(err, ErrNoTable):
 			return fmt.Errorf("outbox relay: %w (run outbox migrate)", err)
+		case errors.Is(err, ErrPooler):
+			return fmt.Errorf("outbox relay: the database is reached through PgBouncer, which refused a startup parameter: %w; run the relay in PgBouncer mode (RelayConfig.PgBouncer and ConfigurePgBouncer; outbox --pgbouncer)", err)
 		}
 		return fmt.Errorf("outbox relay: database: %w", err)
 	}
+	if err := r.checkPooler(ctx); err != nil {
+		return err
+	}
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	r.settleBase, r.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	r.started = true
 	r.stopping = make(chan struct{})
 	r.hardStop = hardStop
@@ -157,15 +179,19 @@ func (r *Relay) Start(ctx context.Context) error {
 	}()
 	r.log.Info("relay started", slog.String("schema", r.cfg.Schema), slog.Int("batch_size", r.cfg.BatchSize),
 		slog.Int("workers", r.cfg.Workers), slog.Duration("poll_interval", r.cfg.PollInterval),
-		slog.Duration("lease", r.cfg.Lease))
+		slog.Duration("lease", r.cfg.Lease), slog.Duration("db_timeout", r.cfg.DBTimeout))
 	return nil
 }
 
 // Stop stops claiming, lets in-flight batches finish publishing and be
 // marked, and returns when the relay is idle. If ctx ends first, in-flight
 // publishes are cancelled and their events released to pending without
-// spending an attempt; Stop then waits for the release and returns
-// ctx.Err(). Stop on a relay that is not running returns nil.
+// spending an attempt; Stop waits up to StopGrace more for the releases
+// and returns ctx.Err(). It returns then even if the database does not
+// answer or the sink ignores the cancellation: the events it could not
+// release stay leased until their lease ends (another relay then takes
+// them over, without spending an attempt), and it logs how many, until
+// when and why. Stop on a relay that is not running returns nil.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.started {
@@ -177,7 +203,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	default:
 		close(r.stopping)
 	}
-	done, hardStop := r.done, r.hardStop
+	done, hardStop, abandon := r.done, r.hardStop, r.abandon
 	r.mu.Unlock()
 
 	var err error
@@ -186,19 +212,42 @@ func (r *Relay) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		hardStop()
-		<-done
+		if !waitFor(done, releaseGrace) {
+			// The database does not take the releases, or the sink
+			// ignores its context: give up the settling, and the
+			// goroutines a moment to notice.
+			abandon()
+			waitFor(done, StopGrace-releaseGrace)
+		}
 	}
 	hardStop()
+	abandon()
 	r.mu.Lock()
 	r.started = false
 	r.mu.Unlock()
-	r.log.Info("relay stopped")
+	if !r.reportLeft() {
+		r.log.Info("relay stopped")
+	}
 	return err
+}
+
+// waitFor waits until ch is closed or d passes, and reports whether ch was
+// closed.
+func waitFor(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Run starts the relay and blocks until ctx ends, then stops it gracefully
 // within ShutdownTimeout: batches still publishing after that are cancelled
-// and released. It returns an error only when the relay cannot start.
+// and released, and Run returns at most StopGrace later (see Stop). It
+// returns an error only when the relay cannot start.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.Start(ctx); err != nil {
 		return err
@@ -207,8 +256,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := r.Stop(stopCtx); err != nil {
-		// Still a clean stop: nothing is lost or left leased.
-		r.log.Warn("in-flight publishes outlived the shutdown timeout; their events were released to pending",
+		// Still a clean stop: nothing is lost; Stop reported what it left
+		// leased, if anything.
+		r.log.Warn("in-flight batches outlived the shutdown timeout; they were cancelled and their events released to pending unless reported left leased",
 			slog.Duration("shutdown_timeout", r.cfg.ShutdownTimeout))
 	}
 	return nil
@@ -282,8 +332,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		// writer committed before waking, so the claim sees the event.
 		r.drainWake()
 		start := time.Now()
-		claim, err := r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
-			Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
+		claim, err := r.claim(ctx)
 		n := len(claim.Events)
 		full = err == nil && n == r.cfg.BatchSize
 		if holding {
@@ -306,7 +355,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			}
 			failures++
 			wait := backoff.Exponential(failures-1, 100*time.Millisecond, 5*time.Second)
-			log.Warn("claim failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+			r.warnDB(log, "claim", err, wait)
 			if !r.sleep(wait, false) {
 				return
 			}
@@ -323,14 +372,24 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	}
 }
 
+// claim leases a batch, within DBTimeout.
+func (r *Relay) claim(ctx context.Context) (driver.Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
+		Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
+}
+
 // handle publishes a claimed batch and settles every event's outcome.
 func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration) {
 	events := eventsFromRows(claim.Events)
 	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil}
+	r.book.claimed(fence, len(events), r.cfg.Lease)
+	defer r.book.finish(fence)
 	// Marks must land even while the relay shuts down, but never after the
-	// lease: by then another relay may own the rows (the fence would make
-	// the mark a no-op anyway).
-	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease-claimDur)
+	// lease (by then another relay may own the rows, and the fence would
+	// make the mark a no-op anyway), nor after Stop gave up on them.
+	settleCtx, cancel := context.WithTimeout(r.settleBase, r.cfg.Lease-claimDur)
 	defer cancel()
 	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
 
@@ -451,12 +510,15 @@ func (r *Relay) startPublishHooks(ctx context.Context, events []Event) []func(er
 // because the database refused their mark (settle.go).
 func (r *Relay) markProcessed(ctx context.Context, f driver.Fence, idList []int64) (marked, refused int) {
 	var n int64
-	err := r.retryDB(ctx, "mark processed", func() (err error) {
+	err := r.retryDB(ctx, f, len(idList), "mark processed", func(ctx context.Context) (err error) {
 		n, err = r.drv.MarkProcessed(ctx, f, idList, driver.Retention(r.cfg.Retention))
 		return err
 	})
-	if errors.Is(err, driver.ErrDataRefused) {
+	switch {
+	case errors.Is(err, driver.ErrDataRefused):
 		n, refused = r.markProcessedEach(ctx, f, idList, err)
+	case err != nil:
+		return 0, 0 // abandoned, and logged: the events are rescued
 	}
 	r.reportLostLease("processed", len(idList), n+int64(refused))
 	return int(n), refused
@@ -470,12 +532,15 @@ func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []drive
 		res     driver.FailResult
 		refused int
 	)
-	err := r.retryDB(ctx, "mark failed", func() (err error) {
+	err := r.retryDB(ctx, f, len(failures), "mark failed", func(ctx context.Context) (err error) {
 		res, err = r.drv.MarkFailed(ctx, f, r.cfg.MaxAttempts, failures)
 		return err
 	})
-	if errors.Is(err, driver.ErrDataRefused) {
+	switch {
+	case errors.Is(err, driver.ErrDataRefused):
 		res, refused = r.markFailedEach(ctx, f, failures, err)
+	case err != nil:
+		return driver.FailResult{}, 0 // abandoned, and logged: the events are rescued
 	}
 	r.reportLostLease("failed", len(failures), int64(len(res.Retried)+len(res.Dead)+refused))
 	for _, fl := range failures {
@@ -486,7 +551,7 @@ func (r *Relay) markFailed(ctx context.Context, f driver.Fence, failures []drive
 
 func (r *Relay) release(ctx context.Context, f driver.Fence, idList []int64) int {
 	var n int64
-	err := r.retryDB(ctx, "release", func() (err error) {
+	err := r.retryDB(ctx, f, len(idList), "release", func(ctx context.Context) (err error) {
 		n, err = r.drv.Release(ctx, f, idList)
 		return err
 	})
@@ -506,28 +571,44 @@ func (r *Relay) reportLostLease(mark string, want int, got int64) {
 	}
 }
 
-// retryDB runs op until it succeeds or ctx (the lease) ends, and returns
-// op's last error: nil, or one wrapping driver.ErrDataRefused, returned at
-// once since the same statement would fail again, or the error at which
-// it gave up. Other database errors never consume an event's attempts
-// here: if the lease runs out, the events are rescued and published again.
-func (r *Relay) retryDB(ctx context.Context, what string, op func() error) error {
+// retryDB runs op, each try within DBTimeout, until it succeeds or ctx
+// ends: the lease runs out, or Stop gives up on settling. It returns op's
+// last error: nil; one wrapping driver.ErrDataRefused, returned at once
+// since the same statement would fail again (settle.go); or the error at
+// which it gave up. It keeps the lease book of the n events under f.
+// Other database errors never consume an event's attempts: if the lease
+// runs out, the events are rescued and published again.
+func (r *Relay) retryDB(ctx context.Context, f driver.Fence, n int, what string, op func(context.Context) error) error {
+	r.book.settling(f)
 	for attempt := 0; ; attempt++ {
-		err := op()
-		if err == nil || errors.Is(err, driver.ErrDataRefused) {
+		opCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+		err := op(opCtx)
+		cancel()
+		if err == nil {
+			r.book.settled(f, n)
+			return nil
+		}
+		if errors.Is(err, driver.ErrDataRefused) {
 			return err
 		}
-		wait := backoff.Exponential(attempt, 50*time.Millisecond, 2*time.Second)
-		r.log.Warn(what+" failed; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			r.log.Error(what+" abandoned: the lease ran out; the events will be rescued and published again",
-				slog.String("error", err.Error()))
-			return err
-		case <-t.C:
+		if ctx.Err() == nil {
+			wait := backoff.Exponential(attempt, 50*time.Millisecond, 2*time.Second)
+			r.warnDB(r.log, what, err, wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+				continue
+			}
 		}
+		r.book.failed(f, err)
+		why := "the lease ran out; the events will be rescued and published again"
+		if r.settleBase.Err() != nil {
+			why = "the relay stopped before the database took it; the events stay leased until the lease ends, then are rescued and published again"
+		}
+		r.log.Error(what+" abandoned: "+why, slog.Int("events", n), slog.String("error", err.Error()))
+		return err
 	}
 }
 
@@ -563,7 +644,7 @@ func (r *Relay) rescueLoop(ctx context.Context) {
 			n, err := r.rescue(ctx, limit)
 			if err != nil {
 				if ctx.Err() == nil && !r.isStopping() {
-					r.log.Warn("lease rescue failed", slog.String("error", err.Error()))
+					r.warnDB(r.log, "lease rescue", err, r.cfg.RescueInterval)
 				}
 				break
 			}

@@ -16,9 +16,11 @@ import (
 var ErrLeaseExpired = errors.New("outbox: the event's last attempt ended in a lease expiry: the relay holding it died or hung")
 
 // rescue settles up to limit events whose lease expired, runs the hooks,
-// and returns how many it settled.
+// and returns how many it settled. The statement runs within DBTimeout.
 func (r *Relay) rescue(ctx context.Context, limit int) (int, error) {
-	res, err := r.drv.RescueExpired(ctx, driver.RescueParams{Limit: limit, MaxAttempts: r.cfg.MaxAttempts})
+	dbCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	res, err := r.drv.RescueExpired(dbCtx, driver.RescueParams{Limit: limit, MaxAttempts: r.cfg.MaxAttempts})
+	cancel()
 	if err != nil {
 		return 0, err
 	}

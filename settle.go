@@ -30,7 +30,7 @@ func (r *Relay) markProcessedEach(ctx context.Context, f driver.Fence, ids []int
 			break // the lease ran out: the rest are rescued
 		}
 		var n int64
-		err := r.retryDB(ctx, "mark processed", func() (err error) {
+		err := r.retryDB(ctx, f, 1, "mark processed", func(ctx context.Context) (err error) {
 			n, err = r.drv.MarkProcessed(ctx, f, []int64{id}, driver.Retention(r.cfg.Retention))
 			return err
 		})
@@ -60,7 +60,7 @@ func (r *Relay) markFailedEach(ctx context.Context, f driver.Fence, failures []d
 			break
 		}
 		var one driver.FailResult
-		err := r.retryDB(ctx, "mark failed", func() (err error) {
+		err := r.retryDB(ctx, f, 1, "mark failed", func(ctx context.Context) (err error) {
 			one, err = r.drv.MarkFailed(ctx, f, r.cfg.MaxAttempts, []driver.Failure{fl})
 			return err
 		})
@@ -86,7 +86,7 @@ func (r *Relay) markFailedEach(ctx context.Context, f driver.Fence, failures []d
 func (r *Relay) deadLetterRefused(ctx context.Context, f driver.Fence, id int64, what string, cause error) bool {
 	reason := truncate(fmt.Sprintf("dead-lettered: %s: %v", what, cause))
 	var res driver.FailResult
-	err := r.retryDB(ctx, "dead-letter a refused event", func() (err error) {
+	err := r.retryDB(ctx, f, 1, "dead-letter a refused event", func(ctx context.Context) (err error) {
 		res, err = r.drv.MarkFailed(ctx, f, r.cfg.MaxAttempts, []driver.Failure{{ID: id, Error: reason, Permanent: true}})
 		return err
 	})

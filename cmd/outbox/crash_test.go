@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/pgbouncer"
 )
 
 // gateServer is a webhook endpoint that holds requests until opened, and
@@ -97,16 +98,36 @@ func (s *gateServer) waitArrived(t *testing.T, n int) {
 	}
 }
 
+// forEachDatabase runs test twice, in parallel: with the relay connected to
+// PostgreSQL directly, and through a PgBouncer of the test's own in
+// transaction mode with the relay in PgBouncer mode (--pgbouncer). db is
+// the relay's --database-url and the flags that go with it.
+func forEachDatabase(t *testing.T, test func(t *testing.T, db []string)) {
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		test(t, []string{"--database-url", testutil.DatabaseURL()})
+	})
+	t.Run("pgbouncer", func(t *testing.T) {
+		t.Parallel()
+		bouncer := pgbouncer.Start(t, testutil.DatabaseURL(), pgbouncer.Options{})
+		test(t, []string{"--database-url", bouncer.URL(t, testutil.DatabaseURL()), "--pgbouncer"})
+	})
+}
+
 func TestRelaySIGKILLMidBatchLosesNothing(t *testing.T) {
 	t.Parallel()
+	forEachDatabase(t, testRelaySIGKILLMidBatchLosesNothing)
+}
+
+func testRelaySIGKILLMidBatchLosesNothing(t *testing.T, db []string) {
 	b := setup(t)
 	const n = 40
 	ids := b.writeN(t, n)
 	srv := newGateServer(t)
 	relayArgs := func(id string) []string {
-		return []string{"--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay",
+		return append(db, "--schema", b.schema, "relay",
 			"--sink", srv.URL, "--relay-id", id, "--batch-size", "10", "--poll-interval", "50ms",
-			"--lease", "3s", "--sink-timeout", "2s", "--log-level", "warn"}
+			"--lease", "3s", "--sink-timeout", "2s", "--log-level", "warn")
 	}
 
 	// The first relay claims a batch, sends it, and dies before any answer.
@@ -148,12 +169,16 @@ func TestRelaySIGKILLMidBatchLosesNothing(t *testing.T) {
 
 func TestRelaySIGTERMFinishesInFlightBatch(t *testing.T) {
 	t.Parallel()
+	forEachDatabase(t, testRelaySIGTERMFinishesInFlightBatch)
+}
+
+func testRelaySIGTERMFinishesInFlightBatch(t *testing.T, db []string) {
 	b := setup(t)
 	const n = 10
 	b.writeN(t, n)
 	srv := newGateServer(t)
-	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay",
-		"--sink", srv.URL, "--batch-size", "10", "--poll-interval", "50ms", "--log-level", "warn")
+	p := start(t, nil, append(db, "--schema", b.schema, "relay",
+		"--sink", srv.URL, "--batch-size", "10", "--poll-interval", "50ms", "--log-level", "warn")...)
 	srv.waitArrived(t, n) // the whole batch is in flight
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	srv.letThrough() // the endpoint answers during the shutdown
@@ -171,14 +196,18 @@ func TestRelaySIGTERMFinishesInFlightBatch(t *testing.T) {
 
 func TestRelaySIGTERMWithStuckSinkExitsWithinLease(t *testing.T) {
 	t.Parallel()
+	forEachDatabase(t, testRelaySIGTERMWithStuckSinkExitsWithinLease)
+}
+
+func testRelaySIGTERMWithStuckSinkExitsWithinLease(t *testing.T, db []string) {
 	b := setup(t)
 	const n = 10
 	ids := b.writeN(t, n)
 	srv := newGateServer(t) // never opens: every request hangs
 	const lease = 6 * time.Second
-	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay",
+	p := start(t, nil, append(db, "--schema", b.schema, "relay",
 		"--sink", srv.URL, "--batch-size", "10", "--poll-interval", "50ms", "--lease", lease.String(),
-		"--sink-timeout", "5s", "--shutdown-timeout", "1s", "--log-level", "warn")
+		"--sink-timeout", "5s", "--shutdown-timeout", "1s", "--log-level", "warn")...)
 	srv.waitArrived(t, n)
 	stopped := time.Now()
 	code := p.stop(t, syscall.SIGTERM)

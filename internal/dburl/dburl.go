@@ -228,6 +228,12 @@ func mysqlConfig(raw string) (*mysql.Config, error) {
 		return nil, err
 	}
 	cfg.DBName = db
+	if cfg.Timeout == 0 {
+		// A dial that meets a silent network gives up instead of waiting
+		// for the operating system's timeout; queries are bounded by
+		// their contexts (the relay's DBTimeout).
+		cfg.Timeout = ConnectTimeoutDefault
+	}
 	if u.User != nil {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()

@@ -56,6 +56,20 @@ var ErrNoTable = errors.New("outbox table not found")
 // and mismatch errors). The same statement fails again however often it
 // is retried; the relay settles such a batch row by row instead.
 var ErrDataRefused = errors.New("the database refused the data")
+// ErrReadOnly is returned, wrapped with the database's own error, when the
+// database refuses a write because it is read-only: a demoted primary, a
+// standby, default_transaction_read_only, MySQL's read_only, a SQLite file
+// opened read-only. Retrying later is right; the event is not at fault.
+var ErrReadOnly = errors.New("database is read-only")
+
+// ReadOnlyError wraps err, the database's refusal to write, so that
+// errors.Is(err, ErrReadOnly) holds and the database's message is kept.
+func ReadOnlyError(err error) error { return &readOnlyError{err: err} }
+
+type readOnlyError struct{ err error }
+
+func (e *readOnlyError) Error() string   { return ErrReadOnly.Error() + ": " + e.err.Error() }
+func (e *readOnlyError) Unwrap() []error { return []error{ErrReadOnly, e.err} }
 
 // Event is one row of outbox_events.
 type Event struct {
@@ -253,6 +267,32 @@ type Driver interface {
 
 	// Admin holds the admin API's searches and actions (admin.go).
 	Admin
+}
+
+// ErrPooler is returned, wrapped, when the database is reached through a
+// connection pooler that hands each transaction to another server session
+// (PgBouncer in transaction mode) but the connection is configured for a
+// session of its own (prepared statements, startup parameters, LISTEN).
+var ErrPooler = errors.New("connection pooler in the way")
+
+// PoolerInfo is what PoolerChecker found out.
+type PoolerInfo struct {
+	// Pooled reports that the connection reaches the database through a
+	// pooler: the server session answering is not the one the connection
+	// was given at its start.
+	Pooled bool
+	// SessionState names what the connection's configuration keeps in a
+	// server session, which a pooler in transaction mode would lose or mix
+	// up ("named prepared statements", "the startup parameter X").
+	SessionState []string
+}
+
+// PoolerChecker is implemented by drivers whose connections may pass
+// through a connection pooler (PostgreSQL behind PgBouncer).
+type PoolerChecker interface {
+	// CheckPooler connects and reports whether a pooler is in the way and
+	// what session state the driver's configuration relies on.
+	CheckPooler(ctx context.Context) (PoolerInfo, error)
 }
 
 // Listener is implemented by drivers whose database can push a wake-up when

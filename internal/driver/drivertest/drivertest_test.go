@@ -22,6 +22,14 @@ func TestPostgres(t *testing.T) {
 	drivertest.Run(t, drivertest.Postgres())
 }
 
+// TestPostgresPgBouncer runs the suite through PgBouncer in transaction
+// mode, with the pool in PgBouncer mode (no prepared statements, no
+// session state).
+func TestPostgresPgBouncer(t *testing.T) {
+	t.Parallel()
+	drivertest.Run(t, drivertest.PostgresPgBouncer())
+}
+
 func TestSQLite(t *testing.T) {
 	t.Parallel()
 	drivertest.Run(t, drivertest.SQLite())

@@ -33,6 +33,10 @@ type Harness struct {
 	// ExactJSON reports whether payloads come back byte for byte as
 	// written (false for PostgreSQL's jsonb, which normalizes them).
 	ExactJSON bool
+	// Pooled reports that the driver reaches the database through a pooler
+	// in transaction mode (PgBouncer), where a session's state does not
+	// last: the tests of what needs it (Migrate's advisory lock) do not run.
+	Pooled bool
 	// LiveInsertCounter reports whether Sample.Inserted counts an insert
 	// at once (false for PostgreSQL, whose statistics are flushed late).
 	LiveInsertCounter bool
@@ -62,6 +66,10 @@ type DB struct {
 	// Reopen, when set, returns the same database through a pool of its
 	// own, as another process would reach it.
 	Reopen func(t testing.TB) outbox.Database
+	// ReopenReadOnly returns the same database through a pool of its own
+	// whose every write is refused because the database is read-only, as
+	// on a demoted primary.
+	ReopenReadOnly func(t testing.TB) outbox.Database
 	// Now reads the database clock.
 	Now func(t testing.TB) time.Time
 	// Count counts the rows of table.

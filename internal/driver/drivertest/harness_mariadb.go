@@ -165,6 +165,21 @@ func openMariaDB(t testing.TB, empty bool, dialect outbox.Dialect) *DB {
 		t.Cleanup(func() { _ = other.Close() })
 		return outbox.MySQL(other)
 	}
+	db.ReopenReadOnly = func(t testing.TB) outbox.Database {
+		ro, err := sql.Open("mysql", mysqlDSN(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ro.Close() })
+		// One session, read-only for good: the shared server's read_only
+		// is not the test's to change.
+		ro.SetMaxOpenConns(1)
+		ro.SetMaxIdleConns(1)
+		if _, err := ro.ExecContext(ctx, `SET SESSION TRANSACTION READ ONLY`); err != nil {
+			t.Fatal(err)
+		}
+		return outbox.MySQL(ro)
+	}
 	return db
 }
 

@@ -10,12 +10,50 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/pgbouncer"
 )
 
 // Postgres is the harness for the PostgreSQL driver: a schema per test in
 // the database at TEST_DATABASE_URL.
 func Postgres() Harness {
 	return Harness{Name: "postgres", SkipLocked: true, Open: openPostgres}
+}
+
+// PostgresPgBouncer is the harness for the PostgreSQL driver in PgBouncer
+// mode: the driver and the writer reach the database at TEST_DATABASE_URL
+// through a PgBouncer of the test's own in transaction mode, on a pool made
+// with outbox.ConfigurePgBouncer; the suite's own setup (migrations, row
+// locks, clock changes) goes to the server directly.
+func PostgresPgBouncer() Harness {
+	return Harness{Name: "postgres-pgbouncer", SkipLocked: true, Pooled: true, Open: openPostgresPgBouncer}
+}
+
+func openPostgresPgBouncer(t testing.TB, empty bool) *DB {
+	t.Helper()
+	db := openPostgres(t, empty)
+	bouncer := pgbouncer.Start(t, testutil.DatabaseURL(), pgbouncer.Options{})
+	open := func(t testing.TB) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(bouncer.URL(t, testutil.DatabaseURL()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		outbox.ConfigureRelayPool(cfg, "drivertest")
+		outbox.ConfigurePgBouncer(cfg)
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	pool := open(t)
+	db.Database = outbox.Postgres(pool)
+	db.Begin = func(ctx context.Context) (AppTx, error) {
+		tx, err := pool.Begin(ctx)
+		return pgTx{tx: tx}, err
+	}
+	db.Reopen = func(t testing.TB) outbox.Database { return outbox.Postgres(open(t)) }
+	return db
 }
 
 type pgTx struct{ tx pgx.Tx }
@@ -83,6 +121,19 @@ func openPostgres(t testing.TB, empty bool) *DB {
 		}
 	}
 	db.Reopen = func(t testing.TB) outbox.Database { return outbox.Postgres(testutil.NewPool(t, "outbox-drivertest")) }
+	db.ReopenReadOnly = func(t testing.TB) outbox.Database {
+		cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+		ro, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ro.Close)
+		return outbox.Postgres(ro)
+	}
 	db.Now = func(t testing.TB) time.Time {
 		t.Helper()
 		var now time.Time

@@ -75,5 +75,13 @@ func openSQLite(t testing.TB, empty bool) *DB {
 	db.Now = func(t testing.TB) time.Time { return nowFrom(t, sdb, `SELECT `+d.Now()) }
 	db.Count = func(t testing.TB, table string) int { return countRows(t, sdb, table) }
 	db.Reopen = func(t testing.TB) outbox.Database { return outbox.SQLite(OpenSQLiteFile(t, path)) }
+	db.ReopenReadOnly = func(t testing.TB) outbox.Database {
+		ro, err := sql.Open("sqlite", "file:"+path+"?mode=ro&"+sqlitedriver.DSNParams)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ro.Close() })
+		return outbox.SQLite(ro)
+	}
 	return db
 }

@@ -93,6 +93,7 @@ func testRelaysEndToEnd(t *testing.T, h Harness) {
 		}
 		relays = append(relays, startRelay(t, db, b.db.Schema, outbox.RelayConfig{
 			Sink: sink, RelayID: fmt.Sprint("relay-", i), BatchSize: 20, Workers: 2, Lease: 10 * time.Second,
+			PgBouncer: h.Pooled,
 		}))
 	}
 
@@ -184,7 +185,7 @@ func testRelayDeadLetter(t *testing.T, h Harness) {
 	res := b.write(t, outbox.Message{EventType: "flaky", Payload: 1}, outbox.Message{EventType: "bad", Payload: 2})
 	startRelay(t, b.db.Database, b.db.Schema, outbox.RelayConfig{
 		Sink: rec, RelayID: "r", MaxAttempts: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
-		Hooks: []outbox.Hook{deadHook(dead)},
+		Hooks: []outbox.Hook{deadHook(dead)}, PgBouncer: h.Pooled,
 	})
 	got := map[string]outbox.Event{}
 	for range 2 {

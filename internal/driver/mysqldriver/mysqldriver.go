@@ -188,6 +188,10 @@ const (
 	erNoSuchTable     = 1146
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
+	// erOptionPrevents is a statement refused because of a server option:
+	// read_only or super_read_only among others, told apart by the message.
+	erOptionPrevents = 1290
+	erReadOnlyTx     = 1792 // cannot execute statement in a READ ONLY transaction
 )
 
 // dataErrors are the error numbers by which MySQL and MariaDB refuse a
@@ -213,6 +217,20 @@ func (Dialect) IsDataError(err error) bool { return dataErrors[ErrorNumber(err)]
 func (Dialect) IsNoTable(err error) bool {
 	n := ErrorNumber(err)
 	return n == erNoSuchTable || n == erBadDB
+}
+
+// IsReadOnly reports a write refused because the server runs read-only
+// (read_only, super_read_only: a replica, a demoted primary) or the session
+// is in a read-only transaction.
+func (Dialect) IsReadOnly(err error) bool {
+	switch ErrorNumber(err) {
+	case erReadOnlyTx:
+		return true
+	case erOptionPrevents:
+		return strings.Contains(strings.ToLower(err.Error()), "read-only") ||
+			strings.Contains(strings.ToLower(err.Error()), "read_only")
+	}
+	return false
 }
 
 // ErrorNumber returns the MySQL error number in err's chain, 0 if none. It

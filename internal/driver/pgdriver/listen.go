@@ -2,6 +2,7 @@ package pgdriver
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,6 +11,16 @@ import (
 // NotifyChannel is the channel writers notify and relays listen on; the
 // payload is the schema whose outbox got new events.
 const NotifyChannel = "outbox_events"
+
+// listenCheckInterval is how long the LISTEN connection may stay silent
+// before Listen pings it: a connection that went half-open (a proxy, a
+// firewall or a NAT dropped it without a reset, or the server's host
+// vanished) would otherwise wait for notifications forever. listenPingTimeout
+// bounds the ping.
+const (
+	listenCheckInterval = 15 * time.Second
+	listenPingTimeout   = 5 * time.Second
+)
 
 // Listen holds one pool connection in LISTEN and calls wake for every
 // notification about this driver's schema, until ctx ends. A lost
@@ -48,12 +59,25 @@ func (d *Driver) listenOnce(ctx context.Context, wake func()) error {
 	// can receive: claim once now.
 	wake()
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, listenCheckInterval)
+		n, err := conn.Conn().WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			if n.Payload == d.schema {
+				wake()
+			}
+		case ctx.Err() == nil && waitCtx.Err() != nil:
+			// Silent for a while: make sure the server still answers. A
+			// timed-out wait leaves the connection usable.
+			pingCtx, cancel := context.WithTimeout(ctx, listenPingTimeout)
+			err := conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("the LISTEN connection stopped answering: %w", err)
+			}
+		default:
 			return err
-		}
-		if n.Payload == d.schema {
-			wake()
 		}
 	}
 }

@@ -46,7 +46,7 @@ func (d *Driver) Ping(ctx context.Context) error {
 	// to_regclass is NULL when the table is missing: no error, no aborted tx.
 	err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, d.table).Scan(&exists)
 	if err != nil {
-		return err
+		return WrapConnectError(err)
 	}
 	if !exists {
 		return fmt.Errorf("%w: %s", driver.ErrNoTable, d.table)
@@ -54,19 +54,30 @@ func (d *Driver) Ping(ctx context.Context) error {
 	return nil
 }
 
-// wrap turns a missing-table error into driver.ErrNoTable so callers can
-// tell the operator to migrate, and marks data errors (SQLSTATE classes 22
-// and 23) with driver.ErrDataRefused.
+// SQLSTATE codes the driver tells apart.
+const (
+	codeUndefinedTable  = "42P01"
+	codeInvalidSchema   = "3F000"
+	codeReadOnlySQLTran = "25006" // read_only_sql_transaction: a standby, or default_transaction_read_only
+)
+
+// wrap turns a missing-table error into driver.ErrNoTable, so callers can
+// tell the operator to migrate, and a write refused by a read-only server
+// into driver.ErrReadOnly, so the relay waits instead of failing events,
+// and marks data errors (SQLSTATE classes 22 and 23) with
+// driver.ErrDataRefused.
 func wrap(err error) error {
 	if err == nil {
 		return nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "42P01" || pgErr.Code == "3F000":
+		switch code := pgErr.Code; {
+		case code == codeUndefinedTable || code == codeInvalidSchema:
 			return fmt.Errorf("%w: %s", driver.ErrNoTable, pgErr.Message)
-		case strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"):
+		case code == codeReadOnlySQLTran:
+			return driver.ReadOnlyError(err)
+		case strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23"):
 			return fmt.Errorf("%w: %w", driver.ErrDataRefused, err)
 		}
 	}
@@ -81,11 +92,13 @@ func expand(sqlText, schema string) string {
 	return strings.ReplaceAll(sqlText, "{{schema}}", quoteIdent(schema))
 }
 
-// WrapError maps a missing-table error to driver.ErrNoTable and leaves
-// others as they are.
+// WrapError maps a missing-table error to driver.ErrNoTable and a write
+// refused by a read-only server to driver.ErrReadOnly, and leaves others as
+// they are (data errors too: callers outside the relay report them as
+// they are).
 func WrapError(err error) error {
-	if errors.Is(wrap(err), driver.ErrNoTable) {
-		return wrap(err)
+	if w := wrap(err); errors.Is(w, driver.ErrNoTable) || errors.Is(w, driver.ErrReadOnly) {
+		return w
 	}
 	return err
 }

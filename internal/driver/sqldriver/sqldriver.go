@@ -116,6 +116,9 @@ type Dialect interface {
 	// the data it carries (a bad value, a constraint): the same statement
 	// would fail again (driver.ErrDataRefused).
 	IsDataError(err error) bool
+	// IsReadOnly reports whether err is the database refusing a write
+	// because it is read-only.
+	IsReadOnly(err error) bool
 }
 
 // Tx is a short write transaction.
@@ -198,24 +201,29 @@ func infos(ms []Migration) []driver.Migration {
 	return out
 }
 
-// wrap maps a missing-table error to driver.ErrNoTable and marks data
-// errors (Dialect.IsDataError) with driver.ErrDataRefused.
+// wrap maps a missing-table error to driver.ErrNoTable and a refused write
+// to driver.ErrReadOnly, and marks data errors (Dialect.IsDataError) with
+// driver.ErrDataRefused.
 func (d *Driver) wrap(err error) error {
 	err = WrapError(d.d, err)
-	if err != nil && !errors.Is(err, driver.ErrNoTable) && d.d.IsDataError(err) {
+	if err != nil && !errors.Is(err, driver.ErrNoTable) && !errors.Is(err, driver.ErrReadOnly) && d.d.IsDataError(err) {
 		return fmt.Errorf("%w: %w", driver.ErrDataRefused, err)
 	}
 	return err
 }
 
-// WrapError maps a missing-table error to driver.ErrNoTable and leaves
-// others as they are.
+// WrapError maps a missing-table error to driver.ErrNoTable and a write
+// refused by a read-only database to driver.ErrReadOnly, and leaves others
+// as they are.
 func WrapError(d Dialect, err error) error {
-	if err == nil || errors.Is(err, driver.ErrNoTable) {
+	if err == nil || errors.Is(err, driver.ErrNoTable) || errors.Is(err, driver.ErrReadOnly) {
 		return err
 	}
 	if d.IsNoTable(err) {
 		return fmt.Errorf("%w: %w", driver.ErrNoTable, err)
+	}
+	if d.IsReadOnly(err) {
+		return driver.ReadOnlyError(err)
 	}
 	return err
 }

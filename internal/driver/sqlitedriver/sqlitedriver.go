@@ -213,6 +213,12 @@ func ErrorCode(err error) int {
 	return 0
 }
 
+// IsReadOnly reports SQLITE_READONLY: the file, its directory or the
+// connection (mode=ro) does not allow writing.
+func (Dialect) IsReadOnly(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "readonly database")
+}
+
 // Migrations returns the embedded migrations.
 func (Dialect) Migrations() []sqldriver.Migration { return Migrations() }
 

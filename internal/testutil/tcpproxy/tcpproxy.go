@@ -1,7 +1,8 @@
 // Package tcpproxy is a TCP proxy for fault tests: put it between a client
-// and a real server, then cut every connection, refuse new ones, or stall
-// what clients send, to see the client lose its broker or database mid-run
-// or find it hanging.
+// and a real server, then cut every connection, refuse new ones, stall
+// what clients send, or blackhole the network (connections stay open and
+// silent), to see the client lose its broker or database mid-run or find it
+// hanging.
 package tcpproxy
 
 import (
@@ -16,15 +17,23 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	cond    *sync.Cond // signalled when stalled turns false
-	conns   map[net.Conn]struct{}
-	refuse  bool
-	closed  bool
-	stalled bool
-	arrived chan struct{} // told once held client data arrives
-	wg      sync.WaitGroup
-	accepts int
+	mu        sync.Mutex
+	cond      *sync.Cond // signalled when stalled turns false
+	conns     map[net.Conn]*link
+	refuse    bool
+	closed    bool
+	stalled   bool
+	blackhole bool
+	arrived   chan struct{} // told once held client data arrives
+	wg        sync.WaitGroup
+	accepts   int
+}
+
+// link is one proxied connection: both of its sockets map to it.
+type link struct {
+	// dead is set when the link was blackholed: it forwards nothing, in
+	// either direction, until it is closed.
+	dead bool // guarded by Proxy.mu
 }
 
 // Start listens on a free loopback port and forwards to target; the proxy
@@ -35,7 +44,7 @@ func Start(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("tcpproxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]*link{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -67,30 +76,34 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.accepts++
+		if p.blackhole {
+			// The connection opens, and nothing ever answers on it.
+			l := &link{dead: true}
+			p.conns[client] = l
+			p.wg.Add(1)
+			p.mu.Unlock()
+			go p.pipe(client, client, l, false)
+			continue
+		}
 		p.mu.Unlock()
 		server, err := new(net.Dialer).DialContext(context.Background(), "tcp", p.target)
 		if err != nil {
 			_ = client.Close()
 			continue
 		}
-		p.track(client, server)
+		l := &link{}
+		p.mu.Lock()
+		p.conns[client], p.conns[server] = l, l
+		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(client, server, false)
-		go p.pipe(server, client, true)
-	}
-}
-
-func (p *Proxy) track(conns ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range conns {
-		p.conns[c] = struct{}{}
+		go p.pipe(client, server, l, false)
+		go p.pipe(server, client, l, true)
 	}
 }
 
 // pipe copies src to dst; data from the client (upstream) waits while the
-// proxy is stalled.
-func (p *Proxy) pipe(dst, src net.Conn, upstream bool) {
+// proxy is stalled, and a dead link drops whatever it reads.
+func (p *Proxy) pipe(dst, src net.Conn, l *link, upstream bool) {
 	defer p.wg.Done()
 	defer func() {
 		_ = dst.Close()
@@ -103,6 +116,9 @@ func (p *Proxy) pipe(dst, src net.Conn, upstream bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && p.isDead(l) {
+			n = 0
+		}
 		if n > 0 && upstream && !p.hold() {
 			return
 		}
@@ -115,6 +131,12 @@ func (p *Proxy) pipe(dst, src net.Conn, upstream bool) {
 			return // a cut connection ends the copy
 		}
 	}
+}
+
+func (p *Proxy) isDead(l *link) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return l.dead
 }
 
 // hold waits while the proxy is stalled; it reports false when the proxy
@@ -151,6 +173,30 @@ func (p *Proxy) resume() {
 	defer p.mu.Unlock()
 	p.stalled = false
 	p.cond.Broadcast()
+}
+
+// Blackhole makes the network silent, as a partition does: every open
+// connection stays open but forwards nothing more in either direction, and
+// new connections are accepted (as a load balancer would) but never
+// answered. Neither side sees an error; only a timeout of its own tells
+// a client. The connections open now stay dead for good, as after a
+// partition during which a firewall or NAT dropped its state; Heal lets
+// new connections through again.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole = true
+	for _, l := range p.conns {
+		l.dead = true
+	}
+}
+
+// Heal ends Blackhole: new connections are forwarded again. The ones that
+// were open during the blackhole stay dead until the client closes them.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole = false
 }
 
 // Cut closes every open connection; new connections are still accepted.

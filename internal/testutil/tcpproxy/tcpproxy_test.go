@@ -97,3 +97,33 @@ func TestProxyStall(t *testing.T) {
 	require.NoError(t, <-done)
 	release() // idempotent
 }
+
+func TestProxyBlackholeHeal(t *testing.T) {
+	p := tcpproxy.Start(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, roundTrip(t, c))
+
+	p.Blackhole()
+	err = roundTrip(t, c)
+	var netErr net.Error
+	require.ErrorAs(t, err, &netErr, "a blackholed connection stays open and silent")
+	require.True(t, netErr.Timeout(), "%v", err)
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err, "a new connection opens")
+	defer c2.Close()
+	err = roundTrip(t, c2)
+	require.ErrorAs(t, err, &netErr, "and nothing answers on it")
+	require.True(t, netErr.Timeout(), "%v", err)
+
+	p.Heal()
+	err = roundTrip(t, c)
+	require.ErrorAs(t, err, &netErr, "an old connection stays dead after the heal")
+	require.True(t, netErr.Timeout(), "%v", err)
+	c3, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c3.Close()
+	require.NoError(t, roundTrip(t, c3), "a new connection works after the heal")
+	p.Close()
+}

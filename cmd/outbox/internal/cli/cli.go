@@ -73,6 +73,7 @@ type app struct {
 
 	databaseURLFlag string
 	schema          string
+	pgbouncer       bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
 	logFormat       string
 	logLevel        string
 
@@ -107,6 +108,7 @@ The password in it never appears in output or logs.`,
 	f := root.PersistentFlags()
 	f.StringVar(&a.databaseURLFlag, "database-url", "", "database URL: postgres://user:password@host:5432/db, sqlite:///path/app.db or mysql://user:password@host:3306/db (default $"+EnvDatabaseURL+")")
 	f.StringVar(&a.schema, "schema", outbox.SchemaDefault, "schema that holds outbox_events")
+	f.BoolVar(&a.pgbouncer, "pgbouncer", false, "PostgreSQL is reached through PgBouncer in transaction mode: no prepared statements, no startup parameters but application_name, no LISTEN (the relay polls)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 

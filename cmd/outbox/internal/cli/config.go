@@ -57,6 +57,7 @@ func (k fileKey) path() string { return k.section + "." + k.name }
 var fileKeys = []fileKey{
 	{"database", "url", "database-url", kindString},
 	{"database", "schema", "schema", kindString},
+	{"database", "pgbouncer", "pgbouncer", kindBool},
 
 	{"sink", "url", "sink", kindString},
 	{"sink", "source", "source", kindString},
@@ -77,6 +78,7 @@ var fileKeys = []fileKey{
 	{"relay", "lease", "lease", kindDuration},
 	{"relay", "sink_timeout", "sink-timeout", kindDuration},
 	{"relay", "shutdown_timeout", "shutdown-timeout", kindDuration},
+	{"relay", "db_timeout", "db-timeout", kindDuration},
 	{"relay", "max_attempts", "max-attempts", kindPositive},
 	{"relay", "backoff_base", "backoff-base", kindDuration},
 	{"relay", "backoff_max", "backoff-max", kindDuration},

@@ -26,6 +26,7 @@ const fullConfig = `# every key
 database:
   url: postgres://relay:${DB_PASSWORD}@db:5432/app
   schema: orders
+  pgbouncer: true
 sink:
   url: nats://127.0.0.1:4222?stream=ORDERS
   source: /orders
@@ -49,6 +50,7 @@ relay:
   lease: 20s
   sink_timeout: 5s
   shutdown_timeout: 8s
+  db_timeout: 4s
   max_attempts: 7
   backoff_base: 2s
   backoff_max: 1m
@@ -79,7 +81,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "/etc/outbox/ca.pem", get("webhook-ca").str)
 	require.Equal(t, "/etc/outbox/client.pem", get("webhook-cert").str)
 	require.Equal(t, "/run/keys/client-key.pem", get("webhook-key").str)
-	require.Equal(t, "sink.webhook_key (relay.yaml:11)", get("webhook-key").origin())
+	require.Equal(t, "sink.webhook_key (relay.yaml:12)", get("webhook-key").origin())
 	require.Equal(t, 4, get("sink-concurrency").num)
 	require.Equal(t, "app.{event_type}", get("route").str)
 	require.Equal(t, []route.Rule{{EventType: "order.*", Topic: "orders.{aggregate_id}"}, {EventType: "*", Topic: "rest"}}, get("route-rule").rules)
@@ -88,10 +90,12 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, 64<<20, get("max-batch-bytes").num)
 	require.Equal(t, 250*time.Millisecond, get("poll-interval").dur)
 	require.Equal(t, time.Minute, get("backoff-max").dur)
+	require.Equal(t, 4*time.Second, get("db-timeout").dur)
+	require.True(t, get("pgbouncer").flag)
 	require.Equal(t, "archive", get("retention").str)
 	require.True(t, get("listen").flag)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:25)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:26)", get("lease").origin())
 }
 
 func TestParseConfigFileEmpty(t *testing.T) {
@@ -115,7 +119,7 @@ func TestParseConfigFileErrors(t *testing.T) {
 		{"unknown section", "relay:\n  lease: 1s\nrelays:\n  x: 1\n",
 			`3: unknown section "relays": use one of database, sink, routing, relay, observability`},
 		{"unknown key", "relay:\n  lease: 30s\n  leese: 1s\n",
-			`3: relay: unknown key "leese": use one of id, event_types, batch_size, workers, poll_interval, lease, sink_timeout, shutdown_timeout, max_attempts, backoff_base, backoff_max, retention, listen`},
+			`3: relay: unknown key "leese": use one of id, event_types, batch_size, workers, poll_interval, lease, sink_timeout, shutdown_timeout, db_timeout, max_attempts, backoff_base, backoff_max, retention, listen`},
 		{"bad duration", "relay:\n  lease: long\n", `2: relay.lease: "long" is not a positive duration: use a Go duration such as 500ms, 30s or 5m`},
 		{"negative duration", "relay:\n  poll_interval: -1s\n", `2: relay.poll_interval: "-1s" is not a positive duration`},
 		{"zero count", "relay:\n\n  batch_size: 0\n", `3: relay.batch_size: "0" is not a positive whole number`},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 )
 
 // connectTimeout bounds the first connection, so an unreachable host fails
@@ -37,6 +38,9 @@ func (a *app) databaseURL(fallback string) (string, error) {
 		return "", errNoDatabase
 	}
 	a.redact.addDatabaseURL(u)
+	if a.pgbouncer && isSQLURL(u) {
+		return "", usagef("invalid --pgbouncer: PgBouncer pools PostgreSQL connections, and the database URL names %s; remove the flag", dburl.Redact(u))
+	}
 	return u, nil
 }
 
@@ -53,6 +57,9 @@ func (a *app) poolConfig(fallback string) (*pgxpool.Config, error) {
 	}
 	// The effective password may come from PGPASSWORD or a passfile.
 	a.redact.add(cfg.ConnConfig.Password)
+	if a.pgbouncer {
+		outbox.ConfigurePgBouncer(cfg)
+	}
 	return cfg, nil
 }
 
@@ -82,6 +89,9 @@ func (a *app) open(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, err
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
+		if errors.Is(pgdriver.WrapConnectError(err), outbox.ErrPooler) && !a.pgbouncer {
+			return nil, fmt.Errorf("connect to database: %w; the database URL reaches PgBouncer: pass --pgbouncer (no prepared statements, no startup parameters, no LISTEN)", err)
+		}
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	a.logger.Debug("connected", "database", describeDatabase(cfg))

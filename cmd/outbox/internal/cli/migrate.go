@@ -56,6 +56,9 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 				}
 				return nil
 			}
+			if a.pgbouncer {
+				return usagef("invalid --pgbouncer: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer")
+			}
 			db, closer, _, err := a.openDatabase(cmd.Context(), "")
 			if err != nil {
 				return err

@@ -31,7 +31,7 @@ var relayFlagNames = map[string]string{
 	"Lease": "lease", "SinkTimeout": "sink-timeout", "MaxAttempts": "max-attempts",
 	"BackoffBase": "backoff-base", "BackoffMax": "backoff-max", "RelayID": "relay-id",
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
-	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes",
+	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
 }
 
 // relayFlags are the relay command's flags, before the config file and the
@@ -81,7 +81,9 @@ command line wins over an environment variable, which wins over the file.
 
 It runs until SIGINT or SIGTERM, then stops claiming, lets in-flight batches
 finish (events still publishing after --shutdown-timeout are released to
-pending without spending an attempt) and exits 0. On PostgreSQL its
+pending without spending an attempt) and exits 0, at most a few seconds
+after --shutdown-timeout even when the database is down or the sink hangs:
+what it could not release stays leased until the lease ends, and is logged. On PostgreSQL its
 connections show in pg_stat_activity as application_name
 outbox-relay:<relay-id>.`,
 		Example: `  outbox relay --sink stdout:
@@ -105,6 +107,7 @@ outbox-relay:<relay-id>.`,
 	f.DurationVar(&rf.cfg.BackoffBase, "backoff-base", outbox.BackoffBaseDefault, "retry delay base: the n-th failure waits backoff-base·2^n (with jitter)")
 	f.DurationVar(&rf.cfg.BackoffMax, "backoff-max", outbox.BackoffMaxDefault, "longest retry delay")
 	f.DurationVar(&rf.cfg.ShutdownTimeout, "shutdown-timeout", 0, "on SIGTERM, how long in-flight batches may finish before they are released (default sink timeout + 5s, within the lease)")
+	f.DurationVar(&rf.cfg.DBTimeout, "db-timeout", 0, "bound on each database call (a claim, a mark, a lease rescue), so a connection that went silent is given up and replaced; below --lease (default 10s, or half the lease when that is shorter)")
 	f.StringVar(&rf.cfg.RelayID, "relay-id", "", "this relay's name in locked_by, logs and application_name (default hostname:pid)")
 	f.StringSliceVar(&rf.eventTypes, "event-types", nil, "relay only events whose type matches one of these patterns, * matching any run of characters, such as 'order.*,user.created' (default every type)")
 	f.StringVar(&rf.retention, "retention", string(outbox.RetainProcessed), "what happens to a delivered event's row: processed (kept), delete, or archive (moved to outbox_events_archive)")
@@ -128,7 +131,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "poll-interval": rf.cfg.PollInterval > 0,
 		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
 		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
-		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0,
+		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
 	}); err != nil {
 		return err
 	}
@@ -183,7 +186,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	}
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
-	cfg.Schema, cfg.Logger = a.schema, a.logger
+	cfg.Schema, cfg.Logger, cfg.PgBouncer = a.schema, a.logger, a.pgbouncer
 	if cfg.RelayID == "" {
 		cfg.RelayID = outbox.DefaultRelayID()
 	}
@@ -220,6 +223,9 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 	appName := ""
 	if pc != nil {
 		outbox.ConfigureRelayPool(pc, cfg.RelayID)
+		if cfg.PgBouncer {
+			outbox.ConfigurePgBouncer(pc)
+		}
 		appName = pc.ConnConfig.RuntimeParams["application_name"]
 		pc.MaxConns = max(pc.MaxConns, int32(min(conns, 1<<20)))
 		pool, err := a.open(ctx, pc)
@@ -252,6 +258,9 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 		return relayConfigError(err)
 	}
 	attrs := []any{"sink", sinkName, "relay_id", cfg.RelayID, "retention", string(cfg.Retention), "listen", cfg.Listen}
+	if cfg.PgBouncer {
+		attrs = append(attrs, "pgbouncer", true)
+	}
 	if appName != "" {
 		attrs = append(attrs, "application_name", appName)
 	}
@@ -344,9 +353,9 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	durs := map[string]*time.Duration{
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,
-		"shutdown-timeout": &rf.cfg.ShutdownTimeout, "backoff-base": &rf.cfg.BackoffBase, "backoff-max": &rf.cfg.BackoffMax,
+		"shutdown-timeout": &rf.cfg.ShutdownTimeout, "db-timeout": &rf.cfg.DBTimeout, "backoff-base": &rf.cfg.BackoffBase, "backoff-max": &rf.cfg.BackoffMax,
 	}
-	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel}
+	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer}
 	for flag, dst := range strs {
 		if v, ok := m.fromFile(flag); ok {
 			*dst = v.str
