@@ -56,6 +56,7 @@ var ErrNoTable = errors.New("outbox table not found")
 // and mismatch errors). The same statement fails again however often it
 // is retried; the relay settles such a batch row by row instead.
 var ErrDataRefused = errors.New("the database refused the data")
+
 // ErrReadOnly is returned, wrapped with the database's own error, when the
 // database refuses a write because it is read-only: a demoted primary, a
 // standby, default_transaction_read_only, MySQL's read_only, a SQLite file
