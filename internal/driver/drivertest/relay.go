@@ -231,7 +231,7 @@ func testRelayStoresSanitizedErrors(t *testing.T, h Harness) {
 	dead := make(chan outbox.Event, 1)
 	id := b.write(t, outbox.Message{EventType: "e", Payload: 1}).IDs[0]
 	startRelay(t, b.db.Database, b.db.Schema, outbox.RelayConfig{
-		Sink: rec, RelayID: "r", Lease: 5 * time.Second, Hooks: []outbox.Hook{deadHook(dead)},
+		Sink: rec, RelayID: "r", Lease: 5 * time.Second, Hooks: []outbox.Hook{deadHook(dead)}, PgBouncer: h.Pooled,
 	})
 	const want = "HTTP 400: bad\uFFFDbody \uFFFD(end)"
 	select {
@@ -291,6 +291,7 @@ func testRelayDeadLettersRefusedMarks(t *testing.T, h Harness) {
 	startRelay(t, b.db.Database, b.db.Schema, outbox.RelayConfig{
 		Sink: rec, RelayID: "r", BatchSize: 10, Lease: 5 * time.Second, MaxAttempts: 3,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, Hooks: []outbox.Hook{deadHook(dead)},
+		PgBouncer: h.Pooled,
 	})
 	got := map[int64]outbox.Event{}
 	for range 2 {

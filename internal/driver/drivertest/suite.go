@@ -811,7 +811,7 @@ func testArchiveKeepsExistingIDs(t *testing.T, h Harness) {
 
 	// Empty the table and restart its IDs, as an operator might.
 	switch h.Name {
-	case "postgres":
+	case "postgres", "postgres-pgbouncer":
 		b.db.Exec(t, `TRUNCATE `+b.db.Table+` RESTART IDENTITY`)
 	case "sqlite":
 		b.db.Exec(t, `DELETE FROM `+b.db.Table+`; UPDATE sqlite_sequence SET seq = 0 WHERE name = 'outbox_events'`)
