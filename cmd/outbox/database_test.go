@@ -41,7 +41,8 @@ func TestDatabaseURLPasswordNeverPrinted(t *testing.T) {
 		{"bad sslmode", "postgres://bob:" + pw + "@127.0.0.1/db?sslmode=sometimes", 2, []string{"invalid --database-url:", "sslmode is invalid"}},
 		{"key value", "host=127.0.0.1 password=" + pw + " port=nope", 2, []string{"invalid --database-url:", "password=xxxxx"}},
 		{"key value quoted", "host=127.0.0.1 password='" + pw + " x' port=nope", 2, []string{"invalid --database-url:"}},
-		{"unknown scheme", "redis://bob:" + pw + "@127.0.0.1/db", 2, []string{"invalid --database-url:"}},
+		{"unknown scheme", "redis://bob:" + pw + "@127.0.0.1/db", 2, []string{"invalid --database-url:", "is not a database URL: use postgres://"}},
+		{"not a URL", "nonsense", 2, []string{"invalid --database-url: `nonsense` is not a database URL: use postgres://user@host:5432/db, sqlite:///path/app.db, file:app.db or mysql://"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
@@ -45,6 +46,29 @@ func TestMigratePrintNeedsNoDatabase(t *testing.T) {
 	require.Contains(t, res.stdout, `CREATE SCHEMA IF NOT EXISTS "app_events";`)
 	require.Contains(t, res.stdout, `CREATE TABLE "app_events".outbox_events (`)
 	require.Contains(t, res.stdout, "-- migration 001_create_outbox_events")
+}
+
+func TestMigrateReservedSchema(t *testing.T) {
+	t.Parallel()
+	for _, schema := range []string{"pg_catalog", "pg_temp", "information_schema"} {
+		res := outboxCmd(t, schema, "migrate")
+		requireFail(t, res, 2, fmt.Sprintf("outbox: invalid --schema %q: PostgreSQL keeps that name for its own catalogs; choose another schema", schema))
+		require.NotContains(t, res.stderr, "outbox migrate:")
+	}
+}
+
+func TestMigrateErrorHasOnePrefix(t *testing.T) {
+	t.Parallel()
+	// A view where the table should be: the server refuses the
+	// migration, and the error names the schema once, without the
+	// library's own prefix after the CLI's.
+	schema := testutil.EmptySchemaName(t)
+	pool := testutil.Pool(t)
+	_, err := pool.Exec(t.Context(), fmt.Sprintf(`CREATE SCHEMA %[1]s; CREATE VIEW %[1]s.outbox_events AS SELECT 1 AS id`, pgx.Identifier{schema}.Sanitize()))
+	require.NoError(t, err)
+	res := outboxCmd(t, schema, "migrate")
+	requireFail(t, res, 1, fmt.Sprintf("outbox: migrate schema %q: ", schema))
+	require.NotContains(t, res.stderr, "outbox migrate:")
 }
 
 func TestMigrateUnreachableDatabase(t *testing.T) {

@@ -39,8 +39,19 @@ func (o *Options) Fail(name string, err error) {
 // Has reports whether the option name was given, even without a value.
 func (o *Options) Has(name string) bool { return o.q.Has(name) }
 
-// Get returns the option name, or "".
-func (o *Options) Get(name string) string { return o.q.Get(name) }
+// Get returns the option name, or "" when it is missing. An option given
+// without a value (?stream= or ?stream) is an error: it would otherwise
+// silently mean the default.
+func (o *Options) Get(name string) string { return o.value(name) }
+
+// value is the option name's value; an option given empty fails.
+func (o *Options) value(name string) string {
+	v := o.q.Get(name)
+	if v == "" && o.q.Has(name) {
+		o.Fail(name, fmt.Errorf("has no value: give one (?%s=…) or leave the option out for the default", name))
+	}
+	return v
+}
 
 // Bool reads a true or false option; the name alone (?create_stream) means
 // true.
@@ -58,7 +69,7 @@ func (o *Options) Bool(name string) bool {
 
 // Duration reads a positive duration such as 5s; a missing option is 0.
 func (o *Options) Duration(name string) time.Duration {
-	v := o.q.Get(name)
+	v := o.value(name)
 	if v == "" {
 		return 0
 	}
@@ -71,7 +82,7 @@ func (o *Options) Duration(name string) time.Duration {
 
 // Int reads a positive whole number; a missing option is 0.
 func (o *Options) Int(name string) int {
-	v := o.q.Get(name)
+	v := o.value(name)
 	if v == "" {
 		return 0
 	}
@@ -85,7 +96,10 @@ func (o *Options) Int(name string) int {
 // Route reads the option name as a route template; a missing option is a
 // nil router.
 func (o *Options) Route(name string) (*route.Router, error) {
-	v := o.q.Get(name)
+	v := o.value(name)
+	if err := o.Err(); err != nil {
+		return nil, err
+	}
 	if v == "" {
 		return nil, nil
 	}

@@ -465,12 +465,38 @@ func yamlError(path string, err error) error {
 	msg := oneLine(err.Error())
 	line := 1
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		msg = msg[len(m[0]):]
 		if m[1] != "" {
 			line, _ = strconv.Atoi(m[1])
+			if yamlParserProblem(msg) {
+				line++
+			}
 		}
-		msg = msg[len(m[0]):]
 	}
 	return configError(path, line, "not valid YAML: %s", msg)
+}
+
+// yamlParserProblems start the messages of yaml.v3's parser (as opposed to
+// its scanner) errors, whose line numbers it reports counting from 0.
+var yamlParserProblems = []string{
+	"did not find expected ',' or",
+	"did not find expected '-' indicator",
+	"did not find expected <document start>",
+	"did not find expected key",
+	"did not find expected node content",
+	"found duplicate %",
+	"found incompatible YAML document",
+	"found undefined tag handle",
+}
+
+// yamlParserProblem reports whether msg is a yaml.v3 parser error.
+func yamlParserProblem(msg string) bool {
+	for _, p := range yamlParserProblems {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolve follows an alias to the node it names.

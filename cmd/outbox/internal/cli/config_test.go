@@ -146,6 +146,8 @@ func TestParseConfigFileErrors(t *testing.T) {
 		{"bad alert webhook", "observability:\n  alert_webhook: ftp://x\n", `2: observability.alert_webhook:`},
 		{"syntax", "relay:\n  lease: 1s\n   workers: 2\n", `3: not valid YAML: mapping values are not allowed in this context`},
 		{"two documents", "relay:\n  lease: 1s\n---\nrelay:\n  lease: 2s\n", `3: a second YAML document`},
+		{"unclosed flow sequence", "relay:\n  event_types: [a\n", `2: not valid YAML: did not find expected ',' or ']'`},
+		{"unclosed flow mapping", "relay:\n  lease: 1s\n  sink: {a: b\n", `3: not valid YAML: did not find expected ',' or '}'`},
 		{"tab indent", "relay:\n\tlease: 1s\n", `2: not valid YAML: found character that cannot start any token`},
 	}
 	for _, tt := range tests {

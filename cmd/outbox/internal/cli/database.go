@@ -72,6 +72,12 @@ func parseErrorMessage(raw string, err error) string {
 	if !errors.As(err, &pce) {
 		return msg
 	}
+	scheme, _, _ := strings.Cut(raw, ":")
+	if s := strings.ToLower(scheme); s != "postgres" && s != "postgresql" && !strings.Contains(raw, "=") {
+		// Neither a PostgreSQL URL nor key=value settings: pgx's own
+		// reason would be about key=value syntax.
+		return fmt.Sprintf("`%s` is not a database URL: use postgres://user@host:5432/db, sqlite:///path/app.db, file:app.db or mysql://user@host:3306/db (or PostgreSQL key=value settings such as host=… dbname=…)", redactDatabaseURL(raw))
+	}
 	reason := msg
 	if _, after, found := strings.Cut(msg, "`: "); found {
 		reason = after

@@ -16,7 +16,15 @@ func (a *app) eventsShowCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one event with its payload and headers",
-		Args:  cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return usagef("events show needs the event's ID: outbox events show ID (outbox events list shows IDs)")
+			case len(args) > 1:
+				return usagef("events show takes one ID, got %d: run it once per event, or use outbox events list --json", len(args))
+			}
+			return nil
+		},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
 			if err != nil {

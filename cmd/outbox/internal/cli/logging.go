@@ -34,10 +34,13 @@ func newLogger(w io.Writer, format, level string, r *redactor) (*slog.Logger, er
 }
 
 // redactAttr masks secrets in every string, error and message a log record
-// carries.
+// carries, and writes durations as Go duration strings ("30s") in both
+// formats: slog's JSON handler would print nanoseconds.
 func redactAttr(r *redactor) func([]string, slog.Attr) slog.Attr {
 	return func(_ []string, a slog.Attr) slog.Attr {
 		switch a.Value.Kind() {
+		case slog.KindDuration:
+			a.Value = slog.StringValue(a.Value.Duration().String())
 		case slog.KindString:
 			if s := a.Value.String(); r.String(s) != s {
 				a.Value = slog.StringValue(r.String(s))

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -59,14 +61,25 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 			if a.pgbouncer {
 				return usagef("invalid --pgbouncer: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer")
 			}
-			db, closer, _, err := a.openDatabase(cmd.Context(), "")
+			db, closer, kind, err := a.openDatabase(cmd.Context(), "")
 			if err != nil {
 				return err
 			}
 			defer func() { _ = closer.Close() }()
+			if kind == dburl.KindPostgres && (strings.HasPrefix(strings.ToLower(a.schema), "pg_") || a.schema == "information_schema") {
+				return usagef("invalid --schema %q: PostgreSQL keeps that name for its own catalogs; choose another schema, such as outbox", a.schema)
+			}
 			res, err := outboxmigrate.Migrate(cmd.Context(), db, cfg)
 			if err != nil {
-				return partitionError(err)
+				if perr := partitionError(err); perr != err {
+					return perr
+				}
+				// One prefix, this command's, instead of "outbox migrate:"
+				// after the CLI's own "outbox:".
+				if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "outbox migrate: ") {
+					return fmt.Errorf("migrate schema %q: %w", a.schema, inner)
+				}
+				return err
 			}
 			if len(res.Applied) == 0 {
 				a.stdout.printf("schema is up to date at version %d\n", res.Version)
