@@ -35,7 +35,20 @@ func TestDemoRunsToCompletionTwice(t *testing.T) {
 		require.Contains(t, res.stderr, "rolled back")
 		require.Contains(t, res.stderr, "skipped as a duplicate")
 		require.Contains(t, res.stderr, "stats: pending 0, processing 0, processed 3, failed 0\n")
+		// The hint repeats the database URL, so the next command reads the
+		// same database.
+		require.Contains(t, res.stderr, "events list --database-url '"+testutil.DatabaseURL()+"' --schema "+schema)
 	}
+}
+
+func TestDemoHintNamesTheCommandOnThePath(t *testing.T) {
+	t.Parallel()
+	schema := testutil.EmptySchemaName(t)
+	res := run(t, []string{"PATH=" + filepath.Dir(binary) + ":" + os.Getenv("PATH")},
+		"demo", "--database-url", testutil.DatabaseURL(), "--schema", schema)
+	require.Equal(t, 0, res.code, "stderr:\n%s", res.stderr)
+	require.Contains(t, res.stderr, "next: outbox events list --database-url ")
+	require.Contains(t, res.stderr, "(applied 001, 002, 003, 004")
 }
 
 func TestDemoRefusesSchemaItDidNotCreate(t *testing.T) {
@@ -61,7 +74,9 @@ func TestDemoRunsOnEmbeddedSQLite(t *testing.T) {
 	require.NotContains(t, res.stdout, `"aggregate_id":"1003"`)
 	require.Contains(t, res.stderr, "skipped as a duplicate")
 	require.Contains(t, res.stderr, "stats: pending 0, processing 0, processed 3, failed 0\n")
-	require.Contains(t, res.stderr, "next: outbox events list --database-url sqlite://"+m[1])
+	require.Contains(t, res.stderr, "(applied 001, 002, 004", "SQLite skips PostgreSQL's 003")
+	// Not on the PATH: the hint names the binary by the path it ran as.
+	require.Contains(t, res.stderr, "next: "+binary+" events list --database-url sqlite://"+m[1])
 
 	stats := run(t, nil, "--database-url", "sqlite://"+m[1], "stats", "--json")
 	requireOK(t, stats)

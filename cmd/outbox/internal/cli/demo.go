@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -135,7 +137,7 @@ func (a *app) demoPostgres(ctx context.Context, schema string, say func(string, 
 		pool.Close()
 		return nil, err
 	}
-	say("1. migrated the outbox table: schema version %d", res.Version)
+	say("1. migrated the outbox table: %s", migratedVersion(res))
 	orders := pgx.Identifier{schema, "orders"}.Sanitize()
 	if err := resetDemoTables(ctx, pool, schema, orders); err != nil {
 		pool.Close()
@@ -145,7 +147,7 @@ func (a *app) demoPostgres(ctx context.Context, schema string, say func(string, 
 	writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
 	return &demoStore{
 		db: db, schema: schema, close: pool.Close,
-		next: "--schema " + schema,
+		next: a.demoDatabaseArgs() + "--schema " + schema,
 		checkout: func(o demoOrder) (outbox.WriteResult, error) {
 			var res outbox.WriteResult
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -185,7 +187,7 @@ func (a *app) demoSQLite(ctx context.Context, say func(string, ...any)) (*demoSt
 		_ = sdb.Close()
 		return nil, err
 	}
-	say("1. migrated the outbox table: schema version %d", res.Version)
+	say("1. migrated the outbox table: %s", migratedVersion(res))
 	if _, err := sdb.ExecContext(ctx, `CREATE TABLE "orders" (
     "id"          TEXT PRIMARY KEY,
     "customer"    TEXT NOT NULL,
@@ -291,8 +293,61 @@ func (a *app) runDemo(ctx context.Context, st *demoStore, relayLog *slog.Logger,
 	}
 	say("6. checked: the rolled-back order 1003 has no event")
 	say("stats: pending %d, processing %d, processed %d, failed %d", stats.Pending, stats.Processing, stats.Processed, stats.Failed)
-	say("next: outbox events list %s, or outbox stats %s", st.next, st.next)
+	cmd := invocation()
+	say("next: %s events list %s, or %s stats %s", cmd, st.next, cmd, st.next)
 	return nil
+}
+
+// migratedVersion says which schema version the demo's migration reached
+// and which migrations that database has: SQLite and MySQL skip
+// PostgreSQL-only ones, so their numbers have gaps.
+func migratedVersion(res outboxmigrate.Result) string {
+	if len(res.Applied) == 0 {
+		return fmt.Sprintf("schema version %d", res.Version)
+	}
+	nums := make([]string, len(res.Applied))
+	for i, m := range res.Applied {
+		nums[i] = fmt.Sprintf("%03d", m.Version)
+	}
+	return fmt.Sprintf("schema version %d (applied %s; this database needs no others)", res.Version, strings.Join(nums, ", "))
+}
+
+// demoDatabaseArgs is the --database-url argument (with a trailing space)
+// the demo's closing hint repeats: the URL given by flag, password
+// masked, or nothing when it came from the environment, which the next
+// command reads as well.
+func (a *app) demoDatabaseArgs() string {
+	if a.databaseURLFlag == "" {
+		return ""
+	}
+	return "--database-url '" + redactDatabaseURL(a.databaseURLFlag) + "' "
+}
+
+// invocation is how the user can run this command again: "go run
+// ./cmd/outbox" for a binary go run built, "outbox" when that is on the
+// PATH and is this binary, else the path it was started by.
+func invocation() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "outbox"
+	}
+	if strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return "go run ./cmd/outbox"
+	}
+	if p, err := exec.LookPath("outbox"); err == nil && sameFile(p, exe) {
+		return "outbox"
+	}
+	return os.Args[0]
+}
+
+// sameFile reports whether paths a and b name one file.
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // waitProcessed polls until want events are processed and none is left
