@@ -129,3 +129,33 @@ func TestMissingTableSaysRunMigrate(t *testing.T) {
 		})
 	}
 }
+
+// TestGlobalFlagsFromEnvironment: $OUTBOX_SCHEMA, $OUTBOX_LOG_LEVEL and
+// $OUTBOX_LOG_FORMAT stand for the global flags, which win over them.
+func TestGlobalFlagsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.writeN(t, 2)
+	db := []string{"--database-url", testutil.DatabaseURL()}
+
+	res := run(t, []string{"OUTBOX_SCHEMA=" + b.schema}, append(db, "stats", "--json")...)
+	requireOK(t, res)
+	require.Contains(t, res.stdout, `"pending": 2`)
+
+	// The flag wins.
+	res = run(t, []string{"OUTBOX_SCHEMA=no_such_schema"}, append(db, "--schema", b.schema, "stats", "--json")...)
+	requireOK(t, res)
+
+	res = run(t, []string{"OUTBOX_SCHEMA=" + b.schema, "OUTBOX_LOG_LEVEL=debug", "OUTBOX_LOG_FORMAT=json"}, append(db, "stats")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stderr, `"level":"DEBUG"`)
+
+	for _, tc := range []struct{ env, want string }{
+		{"OUTBOX_LOG_LEVEL=loud", `invalid $OUTBOX_LOG_LEVEL "loud": use one of debug, info, warn, error`},
+		{"OUTBOX_LOG_FORMAT=xml", `invalid $OUTBOX_LOG_FORMAT "xml": use one of text, json`},
+		{"OUTBOX_SCHEMA=", "$OUTBOX_SCHEMA is set but empty: give it a value or unset it"},
+	} {
+		res := run(t, []string{tc.env}, append(db, "stats")...)
+		requireFail(t, res, 2, tc.want)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -31,7 +32,22 @@ const (
 const (
 	EnvDatabaseURL   = "OUTBOX_DATABASE_URL"
 	EnvWebhookSecret = "OUTBOX_WEBHOOK_SECRET"
+	EnvSchema        = "OUTBOX_SCHEMA"
+	EnvLogLevel      = "OUTBOX_LOG_LEVEL"
+	EnvLogFormat     = "OUTBOX_LOG_FORMAT"
 )
+
+// globalFlagEnv maps the global flags that an environment variable may
+// set to that variable; a flag on the command line wins over it, and it
+// wins over the relay's config file.
+var globalFlagEnv = []struct {
+	flag, env string
+	allowed   []string // the values it takes; nil for any
+}{
+	{"schema", EnvSchema, nil},
+	{"log-level", EnvLogLevel, []string{"debug", "info", "warn", "error"}},
+	{"log-format", EnvLogFormat, []string{"text", "json"}},
+}
 
 // Main runs the outbox command with args (without the program name) on the
 // process's standard streams and returns the exit code.
@@ -107,10 +123,10 @@ The password in it never appears in output or logs.`,
 
 	f := root.PersistentFlags()
 	f.StringVar(&a.databaseURLFlag, "database-url", "", "database URL: postgres://user:password@host:5432/db, sqlite:///path/app.db or mysql://user:password@host:3306/db (default $"+EnvDatabaseURL+")")
-	f.StringVar(&a.schema, "schema", outbox.SchemaDefault, "schema that holds outbox_events")
+	f.StringVar(&a.schema, "schema", outbox.SchemaDefault, "schema that holds outbox_events (or $"+EnvSchema+")")
 	f.BoolVar(&a.pgbouncer, "pgbouncer", false, "PostgreSQL is reached through PgBouncer in transaction mode: no prepared statements, no startup parameters but application_name, no LISTEN (the relay polls)")
-	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
-	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json (or $"+EnvLogFormat+")")
+	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error (or $"+EnvLogLevel+")")
 
 	root.AddCommand(
 		a.migrateCommand(),
@@ -129,6 +145,23 @@ The password in it never appears in output or logs.`,
 // setup checks the global flags and builds the logger; it runs before every
 // command.
 func (a *app) setup(cmd *cobra.Command, _ []string) error {
+	for _, fe := range globalFlagEnv {
+		v, ok := os.LookupEnv(fe.env)
+		if !ok || cmd.Flags().Changed(fe.flag) {
+			continue
+		}
+		if v == "" {
+			return usagef("$%s is set but empty: give it a value or unset it", fe.env)
+		}
+		if fe.allowed != nil && !slices.Contains(fe.allowed, v) {
+			return usagef("invalid $%s %q: use one of %s", fe.env, clip(v), strings.Join(fe.allowed, ", "))
+		}
+		// Set marks the flag given, so the relay's config file does not
+		// override the variable.
+		if err := cmd.Flags().Set(fe.flag, v); err != nil {
+			return usagef("invalid $%s: %v", fe.env, err)
+		}
+	}
 	logger, err := newLogger(a.stderr, a.logFormat, a.logLevel, a.redact)
 	if err != nil {
 		return err
