@@ -459,3 +459,25 @@ func TestRetentionModes(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 }
+
+// TestEstimateStatsOnATableNeverAnalyzed: a new table's reltuples is -1
+// until autovacuum or ANALYZE runs; the processed estimate must not read 0
+// for all its history meanwhile.
+func TestEstimateStatsOnATableNeverAnalyzed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 20)
+	_, err := b.pool.Exec(b.ctx, `UPDATE `+b.drv.Table()+` SET status = 'processed', processed_at = now() WHERE id = ANY($1)`, ids[:15])
+	require.NoError(t, err)
+	var reltuples float64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, b.drv.Table()).Scan(&reltuples))
+	require.Negative(t, reltuples, "the table was never analyzed")
+	// The statistics system publishes a backend's counts when it goes idle,
+	// at most once a second.
+	testutil.WaitFor(t, 15*time.Second, "the processed estimate counts the table's rows", func() bool {
+		s, err := b.drv.EstimateStats(b.ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, s.Pending)
+		return s.Processed == 15
+	})
+}

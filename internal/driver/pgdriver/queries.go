@@ -203,11 +203,14 @@ WHERE e.id = r.id`
 
 	// The planner's row estimate (kept by autovacuum and ANALYZE) stands in
 	// for the processed count: an exact count would scan the whole history
-	// on every metrics scrape.
+	// on every metrics scrape. A table never analyzed has reltuples -1, and
+	// one analyzed young lags behind its inserts: the statistics system's
+	// live-row count (kept on every commit, lost on a crash restart) covers
+	// both, so the larger of the two is taken.
 	q.estimateStats = `SELECT
     (SELECT count(*) FROM ` + t + ` WHERE status = 'pending'),
     (SELECT count(*) FROM ` + t + ` WHERE status = 'processing'),
-    (SELECT greatest(c.reltuples::bigint, 0) FROM pg_class c WHERE c.oid = '` + strings.ReplaceAll(t, "'", "''") + `'::regclass),
+    (SELECT greatest(c.reltuples::bigint, pg_stat_get_live_tuples(c.oid), 0) FROM pg_class c WHERE c.oid = '` + strings.ReplaceAll(t, "'", "''") + `'::regclass),
     (SELECT count(*) FROM ` + t + ` WHERE status = 'failed'),
     coalesce((SELECT extract(epoch FROM now() - available_at)::float8 FROM ` + t + `
         WHERE status = 'pending' AND available_at <= now()
