@@ -62,17 +62,21 @@ func errorMessage(err error, interrupted bool) string {
 }
 
 // oneLine joins a multi-line message (pgx puts the errors of several hosts
-// on separate lines) into one line.
+// on separate lines) into one line, each distinct line once: pgx repeats a
+// host's error for each attempt (with and without TLS under
+// sslmode=prefer).
 func oneLine(s string) string {
 	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
 	for i := range lines {
 		lines[i] = strings.TrimSpace(lines[i])
 	}
 	var b strings.Builder
+	seen := make(map[string]bool, len(lines))
 	for _, l := range lines {
-		if l == "" {
+		if l == "" || seen[l] {
 			continue
 		}
+		seen[l] = true
 		if b.Len() > 0 {
 			// "failed to connect to …:" introduces the lines after it.
 			if strings.HasSuffix(b.String(), ":") {

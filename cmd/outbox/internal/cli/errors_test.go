@@ -21,3 +21,14 @@ func TestErrorMessage(t *testing.T) {
 	require.Equal(t, "stats: "+outbox.ErrNoTable.Error()+" (run outbox migrate)",
 		errorMessage(fmt.Errorf("stats: %w", outbox.ErrNoTable), false))
 }
+
+func TestOneLineDropsRepeatedLines(t *testing.T) {
+	t.Parallel()
+	refused := "127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
+	// pgx under sslmode=prefer: the same host's error for the TLS and the
+	// plain attempt.
+	require.Equal(t, "failed to connect to `user=bob database=db`: "+refused,
+		oneLine("failed to connect to `user=bob database=db`:\n\t"+refused+"\n\t"+refused))
+	require.Equal(t, "a: b; c", oneLine("a: b\n\nc\r\n"))
+	require.Equal(t, "x: h1 down; h2 down", oneLine("x:\n h1 down\n h2 down\n h1 down"))
+}
