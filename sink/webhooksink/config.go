@@ -1,7 +1,9 @@
 package webhooksink
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -204,6 +206,18 @@ func redactURL(u *url.URL) string {
 	return s
 }
 
+// urlFingerprint tells endpoints on one host apart in logs without showing
+// their path or query string: the first 8 hex digits of the SHA-256 of
+// everything after the host, or "" when there is nothing after it.
+func urlFingerprint(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || redactURL(u) == u.Scheme+"://"+u.Host {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(u.EscapedPath() + "?" + u.RawQuery + u.Opaque))
+	return hex.EncodeToString(sum[:4])
+}
+
 // redactRawURL is redactURL for a string that may not parse.
 func redactRawURL(raw string) string {
 	u, err := url.Parse(raw)
@@ -249,11 +263,17 @@ func (c Config) GoString() string { return c.String() }
 func (c Config) LogValue() slog.Value {
 	attrs := []slog.Attr{
 		slog.String("url", redactRawURL(c.URL)),
+	}
+	if fp := urlFingerprint(c.URL); fp != "" {
+		// Two relays posting to one host under different paths log apart.
+		attrs = append(attrs, slog.String("url_path_sha256", fp))
+	}
+	attrs = append(attrs,
 		slog.Bool("signed", c.Secret != ""),
 		slog.String("source", c.Source),
 		slog.Duration("timeout", c.Timeout),
 		slog.Int("concurrency", c.Concurrency),
-	}
+	)
 	if c.TLS != nil {
 		attrs = append(attrs, slog.Bool("tls_private_ca", c.TLS.RootCAs != nil), slog.Bool("tls_client_certificate", len(c.TLS.Certificates) > 0))
 	}

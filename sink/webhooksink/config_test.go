@@ -113,7 +113,26 @@ func TestSecretsAreRedactedFromPrintedConfig(t *testing.T) {
 	require.Equal(t, `webhooksink.Config{URL: https://hooks.example.com/…, Secret: [REDACTED], Source: "/outbox", `+
 		`Timeout: 10s, Concurrency: 16, Headers: {Authorization: [REDACTED]}, UserAgent: "outbox-webhooksink"}`, cfg.String())
 	require.Equal(t, "webhooksink(https://hooks.example.com/…)", s.String())
-	require.Contains(t, logged.String(), `"config":{"url":"https://hooks.example.com/…","signed":true,"source":"/outbox","timeout":10000000000,"concurrency":16,"headers":["Authorization"]}`)
+	require.Regexp(t, `"config":\{"url":"https://hooks.example.com/…","url_path_sha256":"[0-9a-f]{8}","signed":true,"source":"/outbox","timeout":10000000000,"concurrency":16,"headers":\["Authorization"\]\}`, logged.String())
+}
+
+// TestLoggedEndpointsOnOneHostDiffer: two sinks posting to one host under
+// different paths log apart, by a fingerprint of the path, never the path.
+func TestLoggedEndpointsOnOneHostDiffer(t *testing.T) {
+	t.Parallel()
+	logged := func(rawURL string) string {
+		var b bytes.Buffer
+		slog.New(slog.NewJSONHandler(&b, nil)).Info("sink", slog.Any("config", webhooksink.Config{URL: rawURL}.WithDefaults()))
+		return b.String()
+	}
+	a, b := logged("https://hooks.example.com/orders/"+testPathTok), logged("https://hooks.example.com/invoices/"+testPathTok)
+	require.NotEqual(t, a, b)
+	for _, out := range []string{a, b} {
+		require.Contains(t, out, `"url_path_sha256":"`)
+		require.NotContains(t, out, testPathTok)
+		require.NotContains(t, out, "orders")
+	}
+	require.NotContains(t, logged("https://hooks.example.com"), "url_path_sha256", "nothing to tell apart")
 }
 
 func TestCloseKeepsTheSinkUsable(t *testing.T) {

@@ -96,5 +96,7 @@
 // GoString and LogValue output of Config and Sink; they, and the URL's path
 // and query string, are also cut out of response bodies quoted in errors. Errors name the endpoint by scheme and
 // host only ("https://hooks.example.com/…"), because webhook URLs often
-// carry tokens in their path or query string.
+// carry tokens in their path or query string; LogValue adds
+// url_path_sha256, 8 hex digits of a hash of the rest, so that sinks
+// posting to one host under different paths log apart.
 package webhooksink
