@@ -185,6 +185,94 @@ func TestEventsRetryAllFailed(t *testing.T) {
 	require.Equal(t, "retried 0 failed events\n", res.stdout)
 }
 
+func TestEventsRetryWithFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.write(t,
+		outbox.Message{EventType: "invoice.created", AggregateType: "invoice", AggregateID: "1", Payload: 1},
+		outbox.Message{EventType: "invoice.created", AggregateType: "invoice", AggregateID: "2", Payload: 2},
+		outbox.Message{EventType: "order.created", AggregateType: "order", AggregateID: "1", Payload: 3},
+	)
+	for _, id := range ids {
+		b.setFailed(t, id, "boom")
+	}
+
+	res := outboxCmd(t, b.schema, "events", "retry", "--status", "failed", "--type", "invoice.created", "--dry-run")
+	requireOK(t, res)
+	require.Equal(t, "would retry 2 failed events (dry run: nothing changed)\n", res.stdout)
+	require.Equal(t, int64(3), b.stats(t).Failed, "a dry run changes nothing")
+
+	res = outboxCmd(t, b.schema, "events", "retry", "--status", "failed", "--type", "invoice.created", "--aggregate-id", "2")
+	requireOK(t, res)
+	require.Equal(t, "retried 1 failed events\n", res.stdout)
+	require.Equal(t, outbox.StatusPending, b.event(t, ids[1]).Status)
+	require.Empty(t, b.event(t, ids[1]).LastError, "a retry starts afresh")
+	require.Equal(t, outbox.StatusFailed, b.event(t, ids[0]).Status)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--type", "x"}, "missing --status failed: the filters select failed events to retry"},
+		{[]string{"1", "--dry-run"}, "--dry-run goes with --status failed"},
+		{[]string{"--status", "failed", "--created-after", "now"}, `invalid --created-after "now": use an RFC 3339 time`},
+	} {
+		requireFail(t, outboxCmd(t, b.schema, append([]string{"events", "retry"}, tc.args...)...), 2, tc.want)
+	}
+}
+
+func TestEventsDiscard(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.writeN(t, 3)
+	b.setProcessed(t, ids[2])
+
+	res := outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(ids[0]), "--reason", "customer deleted")
+	requireOK(t, res)
+	require.Equal(t, fmt.Sprintf("event %d: discarded (pending -> failed)\n", ids[0]), res.stdout)
+	e := b.event(t, ids[0])
+	require.Equal(t, outbox.StatusFailed, e.Status)
+	require.Regexp(t, `^discarded with outbox events discard by \S+: customer deleted$`, e.LastError)
+
+	res = outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(ids[1]), fmt.Sprint(ids[2]), "--reason", "x")
+	requireFail(t, res, 1, "1 of 2 events not discarded")
+	require.Contains(t, res.stdout, fmt.Sprintf("event %d: not discarded: its status is processed, not pending", ids[2]))
+	require.Equal(t, outbox.StatusFailed, b.event(t, ids[1]).Status)
+
+	requireFail(t, outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(ids[1])), 2, "missing --reason: say why the events are discarded")
+	requireFail(t, outboxCmd(t, b.schema, "events", "discard", "--reason", "x"), 2, "pass the IDs of the pending events to discard")
+
+	// And back: a retry sends it to pending again.
+	requireOK(t, outboxCmd(t, b.schema, "events", "retry", fmt.Sprint(ids[0])))
+	require.Equal(t, outbox.StatusPending, b.event(t, ids[0]).Status)
+}
+
+// TestCompletionOffersFlagValues: outbox completion is documented, and
+// completes the values of the flags that take a fixed set.
+func TestCompletionOffersFlagValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"events", "list", "--status", ""}, []string{"pending", "processing", "processed", "failed"}},
+		{[]string{"purge", "--status", ""}, []string{"processed", "failed"}},
+		{[]string{"relay", "--retention", ""}, []string{"processed", "delete", "archive"}},
+		{[]string{"stats", "--log-level", ""}, []string{"debug", "info", "warn", "error"}},
+		{[]string{"--log-format", ""}, []string{"text", "json"}},
+	} {
+		res := run(t, nil, append([]string{"__complete"}, tc.args...)...)
+		require.Equal(t, 0, res.code, res.stderr)
+		for _, w := range tc.want {
+			require.Contains(t, strings.Split(res.stdout, "\n"), w, "%v", tc.args)
+		}
+	}
+	res := run(t, nil, "completion", "bash")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "bash completion")
+	require.Contains(t, run(t, nil, "--help").stdout, "completion")
+}
+
 func TestEventsReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

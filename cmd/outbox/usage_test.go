@@ -48,7 +48,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown command", []string{"bogus"}, []string{`unknown command "bogus" for "outbox"`}},
 		{"misspelled command", []string{"stat"}, []string{`did you mean "stats"?`}},
 		{"unknown subcommand", []string{"events", "lst"}, []string{`unknown command "lst" for "outbox events"`, `did you mean "list"?`}},
-		{"no subcommand", []string{"events"}, []string{"missing command: use one of list, replay, retry, show"}},
+		{"no subcommand", []string{"events"}, []string{"missing command: use one of discard, list, replay, retry, show"}},
 		{"unknown help topic", []string{"help", "nonsense"}, []string{`unknown command "nonsense" for "outbox"`}},
 		{"unknown flag", []string{"stats", "--bogus"}, []string{"unknown flag: --bogus"}},
 		{"unknown global flag", []string{"--bogus", "stats"}, []string{"unknown flag: --bogus"}},

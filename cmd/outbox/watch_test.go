@@ -196,8 +196,14 @@ func TestEventsReplayWithFilters(t *testing.T) {
 	requireOK(t, res)
 	require.Equal(t, "replayed 1 processed events\n", res.stdout)
 
-	// Everything left.
-	res = outboxCmd(t, b.schema, "events", "replay", "--status", "processed")
+	// Everything left: the whole history needs --yes; --dry-run counts it.
+	requireFail(t, outboxCmd(t, b.schema, "events", "replay", "--status", "processed"), 2,
+		"replaying every processed event re-sends the whole history: narrow it with --type")
+	res = outboxCmd(t, b.schema, "events", "replay", "--status", "processed", "--dry-run")
+	requireOK(t, res)
+	require.Equal(t, "would replay 4 processed events (dry run: nothing changed)\n", res.stdout)
+	require.Equal(t, int64(5), b.stats(t).Pending, "a dry run changes nothing")
+	res = outboxCmd(t, b.schema, "events", "replay", "--status", "processed", "--yes")
 	requireOK(t, res)
 	require.Equal(t, "replayed 4 processed events\n", res.stdout)
 	require.Equal(t, int64(9), b.stats(t).Pending)
@@ -218,6 +224,7 @@ func TestEventsReplayUsage(t *testing.T) {
 		{[]string{"events", "replay", "--status", "processed", "--created-after", "yesterday"}, `invalid --created-after "yesterday": use an RFC 3339 time`},
 		{[]string{"events", "replay", "--status", "processed", "--created-after", "2025-02-01T00:00:00Z", "--created-before", "2025-01-01T00:00:00Z"},
 			"invalid --created-before: must be later than --created-after"},
+		{[]string{"events", "replay", "1", "--dry-run"}, "--dry-run and --yes go with --status processed"},
 	}
 	for _, tt := range tests {
 		requireFail(t, outboxCmd(t, b.schema, tt.args...), 2, tt.want)
@@ -230,7 +237,7 @@ func TestEventsReplayProgressOnATerminal(t *testing.T) {
 	b := setup(t)
 	n := 2*outbox.RequeueBatchSizeDefault + 500
 	seedProcessed(t, b, n)
-	term := startOnTerminal(t, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "events", "replay", "--status", "processed")
+	term := startOnTerminal(t, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "events", "replay", "--status", "processed", "--yes")
 	require.Equal(t, 0, term.wait(t), term.out.String())
 	out := term.out.String()
 	require.Regexp(t, fmt.Sprintf(`\r\x1b\[Kreplayed 1000 of %d events \(\d+/s, ETA \d+s\)`, n), out)

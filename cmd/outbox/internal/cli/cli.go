@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/outbox"
 )
@@ -113,7 +114,6 @@ The password in it never appears in output or logs.`,
 		RunE:              groupRun,
 		PersistentPreRunE: a.setup,
 	}
-	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetHelpCommand(helpCommand())
 	// A group command runs only to report a missing subcommand: do not
 	// show "outbox [flags]" as a usage line.
@@ -139,7 +139,39 @@ The password in it never appears in output or logs.`,
 		a.benchCommand(),
 		a.adminCommand(),
 	)
+	registerCompletions(root)
 	return root
+}
+
+// flagValues are the values that flags of these names take, offered by
+// shell completion (outbox completion bash|zsh|fish|powershell).
+var flagValues = map[string][]string{
+	"status":            {"pending", "processing", "processed", "failed"},
+	"retention":         {"processed", "delete", "archive"},
+	"partition-archive": {"daily", "weekly"},
+	"log-level":         {"debug", "info", "warn", "error"},
+	"log-format":        {"text", "json"},
+}
+
+// registerCompletions offers flagValues for every command's flags of those
+// names, the global ones included.
+func registerCompletions(cmd *cobra.Command) {
+	register := func(fs *pflag.FlagSet) {
+		fs.VisitAll(func(f *pflag.Flag) {
+			values, ok := flagValues[f.Name]
+			if !ok {
+				return
+			}
+			// Registering twice (a persistent flag seen again) is an error
+			// that changes nothing.
+			_ = cmd.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+		})
+	}
+	register(cmd.LocalNonPersistentFlags())
+	register(cmd.PersistentFlags())
+	for _, c := range cmd.Commands() {
+		registerCompletions(c)
+	}
 }
 
 // setup checks the global flags and builds the logger; it runs before every

@@ -18,11 +18,11 @@ import (
 func (a *app) eventsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "List, show, retry and replay events",
+		Short: "List, show, retry, replay and discard events",
 		Args:  groupArgs,
 		RunE:  groupRun,
 	}
-	cmd.AddCommand(a.eventsListCommand(), a.eventsShowCommand(), a.eventsRetryCommand(), a.eventsReplayCommand())
+	cmd.AddCommand(a.eventsListCommand(), a.eventsShowCommand(), a.eventsRetryCommand(), a.eventsReplayCommand(), a.eventsDiscardCommand())
 	return cmd
 }
 
@@ -58,10 +58,17 @@ func parseIDs(args []string) ([]int64, error) {
 // reportRequeue prints which of ids a retry or replay changed and, for each
 // one it did not, why; it fails when any was left unchanged.
 func (a *app) reportRequeue(ctx context.Context, m *outbox.Manager, verb string, from outbox.Status, ids, changed []int64) error {
+	return a.reportChanged(ctx, m, verb, from, outbox.StatusPending, ids, changed)
+}
+
+// reportChanged prints which of ids an operator's action moved from one
+// status to another and, for each one it did not, why; it fails when any
+// was left unchanged.
+func (a *app) reportChanged(ctx context.Context, m *outbox.Manager, verb string, from, to outbox.Status, ids, changed []int64) error {
 	skipped := 0
 	for _, id := range ids {
 		if slices.Contains(changed, id) {
-			a.stdout.printf("event %d: %s (%s -> pending)\n", id, verb, from)
+			a.stdout.printf("event %d: %s (%s -> %s)\n", id, verb, from, to)
 			continue
 		}
 		skipped++

@@ -12,10 +12,10 @@ import (
 
 func (a *app) eventsReplayCommand() *cobra.Command {
 	var (
-		status        string
-		f             outbox.EventFilter
-		createdAfter  string
-		createdBefore string
+		status string
+		ff     filterFlags
+		dryRun bool
+		yes    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID... | --status processed [filters]",
@@ -26,27 +26,31 @@ drop the duplicate unless they want it).
 
 Name the events by ID, or replay every processed event that the filters
 select with --status processed (--type, --aggregate-type, --aggregate-id,
---created-after, --created-before; none replays the whole history). Many
-events are replayed in batches, with progress (count, rate, ETA) on a
-terminal.
+--created-after, --created-before). Replaying with no filter re-sends the
+whole history, so it needs --yes. --dry-run counts what would be replayed
+and changes nothing. Many events are replayed in batches, with progress
+(count, rate, ETA) on a terminal.
 
 For IDs it reports each one it replayed and, for each one it did not, why
 (not found, or its status); it exits 1 when any named event was not replayed.
 Events a relay deleted or archived (its Retention setting) cannot be replayed.`,
 		Example: "  outbox events replay 42 43\n" +
+			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z --dry-run\n" +
 			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z",
 		RunE: run(func(cmd *cobra.Command, args []string) error {
-			filtered := status != "" || cmd.Flags().Changed("type") || cmd.Flags().Changed("aggregate-type") ||
-				cmd.Flags().Changed("aggregate-id") || createdAfter != "" || createdBefore != ""
+			filtered := ff.given(cmd)
+			bulk := status != "" || filtered
 			switch {
-			case !filtered && len(args) == 0:
+			case !bulk && len(args) == 0:
 				return usagef("pass event IDs or --status processed (with filters such as --type)")
-			case filtered && len(args) > 0:
+			case bulk && len(args) > 0:
 				return usagef("pass event IDs or --status processed with filters, not both")
 			case filtered && status == "":
 				return usagef("missing --status processed: the filters select processed events to replay")
+			case !bulk && (dryRun || yes):
+				return usagef("--dry-run and --yes go with --status processed; named events are replayed as named")
 			}
-			if !filtered {
+			if !bulk {
 				ids, err := parseIDs(args)
 				if err != nil {
 					return err
@@ -69,30 +73,29 @@ Events a relay deleted or archived (its Retention setting) cannot be replayed.`,
 			if st != outbox.StatusProcessed {
 				return usagef("invalid --status %q: replay takes processed events only", status)
 			}
-			if f.CreatedAfter, err = parseTimeFlag("created-after", createdAfter); err != nil {
+			f, err := ff.filter(outbox.StatusProcessed)
+			if err != nil {
 				return err
 			}
-			if f.CreatedBefore, err = parseTimeFlag("created-before", createdBefore); err != nil {
-				return err
-			}
-			if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore) {
-				return usagef("invalid --created-before: must be later than --created-after")
+			if !filtered && !yes && !dryRun {
+				return usagef("replaying every processed event re-sends the whole history: narrow it with --type, --aggregate-type, --aggregate-id, --created-after or --created-before, check it with --dry-run, or pass --yes")
 			}
 			m, closePool, err := a.manager(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer closePool()
+			if dryRun {
+				return a.countMatching(cmd.Context(), m, f, "replay")
+			}
 			return a.replayMatching(cmd.Context(), m, f)
 		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&status, "status", "", "replay every event in this status that the filters select (only processed)")
-	fl.StringVar(&f.EventType, "type", "", "with --status: only this event type")
-	fl.StringVar(&f.AggregateType, "aggregate-type", "", "with --status: only this aggregate type")
-	fl.StringVar(&f.AggregateID, "aggregate-id", "", "with --status: only this aggregate ID")
-	fl.StringVar(&createdAfter, "created-after", "", "with --status: only events created at or after this RFC 3339 time")
-	fl.StringVar(&createdBefore, "created-before", "", "with --status: only events created before this RFC 3339 time")
+	ff.register(fl)
+	fl.BoolVar(&dryRun, "dry-run", false, "with --status: count the events it would replay and change nothing")
+	fl.BoolVar(&yes, "yes", false, "with --status and no filter: replay the whole history")
 	return cmd
 }
 
@@ -106,6 +109,16 @@ func parseTimeFlag(name, v string) (time.Time, error) {
 		return time.Time{}, usagef("invalid --%s %q: use an RFC 3339 time such as 2025-01-31T09:00:00Z", name, v)
 	}
 	return t, nil
+}
+
+// countMatching prints how many events f selects, for a --dry-run of verb.
+func (a *app) countMatching(ctx context.Context, m *outbox.Manager, f outbox.EventFilter, verb string) error {
+	n, err := m.CountEvents(ctx, f)
+	if err != nil {
+		return err
+	}
+	a.stdout.printf("would %s %d %s events (dry run: nothing changed)\n", verb, n, f.Status)
+	return nil
 }
 
 // replayIDs replays ids in batches, with progress on a terminal when there
@@ -132,7 +145,6 @@ func (a *app) replayIDs(ctx context.Context, m *outbox.Manager, ids []int64) ([]
 // replayMatching replays the processed events f selects. On a terminal it
 // counts them first, so the progress line has an ETA.
 func (a *app) replayMatching(ctx context.Context, m *outbox.Manager, f outbox.EventFilter) error {
-	f.Status = outbox.StatusProcessed
 	p := newProgress(a.stderr, "replayed")
 	if isTerminal(a.stderr) {
 		total, err := m.CountEvents(ctx, f)
