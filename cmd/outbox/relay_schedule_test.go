@@ -1,7 +1,11 @@
 package main_test
 
 import (
+	"encoding/json"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,4 +36,51 @@ func TestRelayScheduleFlagErrors(t *testing.T) {
 			require.Empty(t, res.stdout)
 		})
 	}
+}
+
+func TestStatsShowsDeadLetterRetries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.writeN(t, 3)
+	for _, id := range ids {
+		b.setFailed(t, id, "refused")
+	}
+	b.exec(t, `UPDATE {table} SET dead_letter_retry_at = timestamptz '2031-05-06 07:08:09.5Z' + (id - $1) * interval '1 hour' WHERE id = ANY($2)`, ids[0], ids[:2])
+
+	res := outboxCmd(t, b.schema, "stats")
+	requireOK(t, res)
+	require.Regexp(t, `(?m)^dead-letter retry +2 waiting, next due 2031-05-06T07:08:09Z$`, res.stdout)
+
+	res = outboxCmd(t, b.schema, "stats", "--json")
+	requireOK(t, res)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
+	require.Equal(t, 2.0, doc["dead_letter_retry_waiting"])
+	require.Equal(t, "2031-05-06T07:08:09.5Z", doc["dead_letter_retry_next_due"])
+	require.Equal(t, 3.0, doc["failed"])
+}
+
+// TestRelayPurgeAfterFlag runs the relay binary with --purge-after: the
+// old processed events go, the young ones and the failed ones stay, and it
+// logs the run at INFO.
+func TestRelayPurgeAfterFlag(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.writeN(t, 5)
+	for _, id := range ids[:4] {
+		b.setProcessed(t, id)
+	}
+	b.setFailed(t, ids[4], "refused")
+	b.exec(t, `UPDATE {table} SET processed_at = now() - interval '8 days', updated_at = now() - interval '8 days' WHERE id = ANY($1)`, []int64{ids[0], ids[1], ids[4]})
+
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--sink", "stdout:",
+		"--purge-after", "7d", "--purge-interval", "1h", "--relay-id", "purger")
+	testutil.WaitFor(t, 20*time.Second, "a purge run logged", func() bool { return strings.Contains(p.stderr.String(), "scheduled purge done") })
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM))
+	logs := p.stderr.String()
+	require.Contains(t, logs, "gained the job lease")
+	require.Regexp(t, `scheduled purge done.* processed=2`, logs)
+	st := b.stats(t)
+	require.EqualValues(t, 2, st.Processed)
+	require.EqualValues(t, 1, st.Failed, "without --purge-failed-after failed events stay")
 }

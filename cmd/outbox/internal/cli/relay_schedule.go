@@ -57,3 +57,22 @@ func init() {
 		relayFlagNames[field] = flag
 	}
 }
+
+// nextDue is the next slow retry's due time for stats --json, nil when
+// none is scheduled.
+func nextDue(d outbox.DeadLetterRetryStats) *time.Time {
+	if d.NextDue.IsZero() {
+		return nil
+	}
+	t := d.NextDue.UTC().Truncate(time.Millisecond)
+	return &t
+}
+
+// deadLetterRetryRow adds the slow retries waiting to the stats table, when
+// any is.
+func deadLetterRetryRow(tw *table, d outbox.DeadLetterRetryStats) {
+	if d.Waiting == 0 {
+		return
+	}
+	tw.row("dead-letter retry\t%d waiting, next due %s\n", d.Waiting, d.NextDue.UTC().Format(time.RFC3339))
+}
