@@ -76,6 +76,11 @@ Broker sinks send each event to a destination (subject, topic, routing key,
 stream) from --route, or the first --route-rule whose pattern matches the
 event type; an event's outbox_topic header overrides both.
 
+With --purge-after (and --purge-failed-after) or --dead-letter-retry, one relay
+of the fleet at a time, the holder of a lease row in outbox_leases, also
+deletes old events every --purge-interval and sends dead-lettered events back
+to pending on a slow schedule (docs/operations.md, Retention and Slow retry).
+
 --config FILE reads these settings from a YAML file; a flag given on the
 command line wins over an environment variable, which wins over the file.
 
