@@ -34,22 +34,23 @@ func (d *Driver) ReleaseLease(ctx context.Context, name, holder string) error {
 // ScheduleDeadLetterRetries stamps the retry time on one batch of failed
 // events without one: the IDs first, locked, then exactly those rows, in
 // one transaction (see the package comment). The select reads
-// outbox_events_dead_letter_retry_idx.
+// outbox_events_dead_letter_unscheduled_idx in its order.
 func (d *Driver) ScheduleDeadLetterRetries(ctx context.Context, p driver.DeadLetterRetryParams) (int64, error) {
 	return d.updateSelected(ctx, `SET dead_letter_retry_at = `+d.d.NowPlusMillis(), []any{p.After.Milliseconds()},
 		`SELECT id FROM `+d.table+`
-WHERE status = 'failed' AND dead_letter_retries < ? AND dead_letter_retry_at IS NULL
-ORDER BY id
+WHERE status = 'failed' AND dead_letter_retry_at IS NULL AND dead_letter_retries < ?
+ORDER BY dead_letter_retries, id
 LIMIT ?`+d.d.ForUpdateSkipLocked(), p.MaxRetries, p.BatchSize)
 }
 
 // RetryDeadLetters sends one batch of failed events whose retry time came
-// back to pending, as a requeue does, counting the slow retry.
+// back to pending, as a requeue does, counting the slow retry; the select
+// reads outbox_events_dead_letter_due_idx in due order.
 func (d *Driver) RetryDeadLetters(ctx context.Context, p driver.DeadLetterRetryParams) (int64, error) {
 	return d.updateSelected(ctx, d.requeueSet()+`, dead_letter_retries = dead_letter_retries + 1`, nil,
 		`SELECT id FROM `+d.table+`
-WHERE status = 'failed' AND dead_letter_retries < ? AND dead_letter_retry_at <= `+d.d.Now()+`
-ORDER BY id
+WHERE status = 'failed' AND dead_letter_retry_at <= `+d.d.Now()+` AND dead_letter_retries < ?
+ORDER BY dead_letter_retry_at
 LIMIT ?`+d.d.ForUpdateSkipLocked(), p.MaxRetries, p.BatchSize)
 }
 

@@ -21,7 +21,14 @@ ALTER TABLE {{schema}}.outbox_events
     ADD COLUMN dead_letter_retries integer NOT NULL DEFAULT 0,
     ADD COLUMN dead_letter_retry_at timestamptz;
 
--- Both passes of the slow retry read only failed rows that may still be
--- retried, by count then due time; exhausted rows sort after the range.
-CREATE INDEX outbox_events_dead_letter_retry_idx
-    ON {{schema}}.outbox_events (dead_letter_retries, dead_letter_retry_at) WHERE status = 'failed';
+-- The slow retry's scheduling pass reads failed rows without a retry time
+-- by retry count: events out of slow retries sort after the range it
+-- reads, however many pile up in the dead-letter queue.
+CREATE INDEX outbox_events_dead_letter_unscheduled_idx
+    ON {{schema}}.outbox_events (dead_letter_retries, id)
+    WHERE status = 'failed' AND dead_letter_retry_at IS NULL;
+
+-- The requeue pass and the stats read the scheduled retries in due order.
+CREATE INDEX outbox_events_dead_letter_due_idx
+    ON {{schema}}.outbox_events (dead_letter_retry_at)
+    WHERE status = 'failed' AND dead_letter_retry_at IS NOT NULL;

@@ -12,5 +12,10 @@ CREATE TABLE {{schema}}."outbox_leases" (
 ALTER TABLE {{schema}}."outbox_events" ADD COLUMN "dead_letter_retries" INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE {{schema}}."outbox_events" ADD COLUMN "dead_letter_retry_at" TEXT;
 
-CREATE INDEX {{schema}}."outbox_events_dead_letter_retry_idx"
-    ON "outbox_events" ("dead_letter_retries", "dead_letter_retry_at") WHERE "status" = 'failed';
+-- See the PostgreSQL migration: one index per pass of the slow retry.
+CREATE INDEX {{schema}}."outbox_events_dead_letter_unscheduled_idx"
+    ON "outbox_events" ("dead_letter_retries", "id")
+    WHERE "status" = 'failed' AND "dead_letter_retry_at" IS NULL;
+CREATE INDEX {{schema}}."outbox_events_dead_letter_due_idx"
+    ON "outbox_events" ("dead_letter_retry_at")
+    WHERE "status" = 'failed' AND "dead_letter_retry_at" IS NOT NULL;
