@@ -179,6 +179,10 @@ func (r *Relay) startSchedule(workCtx context.Context, goFn func(func())) {
 	if el == nil {
 		return
 	}
+	r.log.Info("scheduled jobs on: the relay holding the job lease runs them",
+		slog.Duration("purge_after", r.cfg.PurgeAfter), slog.Duration("purge_failed_after", r.cfg.PurgeFailedAfter),
+		slog.Duration("purge_interval", r.cfg.PurgeInterval), slog.Duration("dead_letter_retry", r.cfg.DeadLetterRetry),
+		slog.Int("dead_letter_retries", r.cfg.DeadLetterRetries), slog.Duration("schedule_lease", r.cfg.ScheduleLease))
 	jobCtx, stopJobs := context.WithCancel(workCtx)
 	goFn(func() { el.Run(jobCtx, r.drv, r.settleBase) })
 	goFn(func() { r.scheduleLoop(jobCtx, el) })
