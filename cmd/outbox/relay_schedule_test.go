@@ -84,3 +84,53 @@ func TestRelayPurgeAfterFlag(t *testing.T) {
 	require.EqualValues(t, 2, st.Processed)
 	require.EqualValues(t, 1, st.Failed, "without --purge-failed-after failed events stay")
 }
+
+func TestRelayJobLeaseSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
+	forEachDatabase(t, testRelayJobLeaseSurvivesSIGKILL)
+}
+
+// testRelayJobLeaseSurvivesSIGKILL: of two relays with a scheduled purge one
+// leads; killed, it cannot release the lease, and the other takes over once
+// the lease expires by the database clock, and purges.
+func testRelayJobLeaseSurvivesSIGKILL(t *testing.T, db []string) {
+	b := setup(t)
+	relayArgs := func(id string) []string {
+		return append(append([]string{}, db...), "--schema", b.schema, "relay", "--sink", "stdout:", "--relay-id", id,
+			"--purge-after", "7d", "--purge-interval", "200ms", "--schedule-lease", "2s", "--lease", "3s", "--sink-timeout", "1s")
+	}
+	relays := map[string]*process{"relay-a": start(t, nil, relayArgs("relay-a")...), "relay-b": start(t, nil, relayArgs("relay-b")...)}
+	var leader string
+	testutil.WaitFor(t, 20*time.Second, "a leader", func() bool {
+		for id, p := range relays {
+			require.False(t, p.exited(), "%s exited; stderr:\n%s", id, p.stderr.String())
+			if strings.Contains(p.stderr.String(), "gained the job lease") {
+				leader = id
+				return true
+			}
+		}
+		return false
+	})
+	follower := "relay-a"
+	if leader == "relay-a" {
+		follower = "relay-b"
+	}
+	require.NotContains(t, relays[follower].stderr.String(), "gained the job lease", "one leader")
+
+	// Old processed events appear only now: the survivor purges them.
+	ids := b.writeN(t, 3)
+	for _, id := range ids {
+		b.setProcessed(t, id)
+	}
+	require.NoError(t, relays[leader].cmd.Process.Signal(syscall.SIGKILL))
+	<-relays[leader].done
+	killed := time.Now()
+	b.exec(t, `UPDATE {table} SET processed_at = now() - interval '8 days' WHERE id = ANY($1)`, ids)
+
+	testutil.WaitFor(t, 20*time.Second, "the survivor takes over", func() bool {
+		return strings.Contains(relays[follower].stderr.String(), "gained the job lease")
+	})
+	require.Greater(t, time.Since(killed), 500*time.Millisecond, "taken over on expiry: a killed relay releases nothing")
+	testutil.WaitFor(t, 20*time.Second, "the survivor purges", func() bool { return b.stats(t).Processed == 0 })
+	require.Equal(t, 0, relays[follower].stop(t, syscall.SIGTERM))
+}

@@ -90,6 +90,7 @@ var fileKeys = []fileKey{
 	{"relay", "purge_interval", "purge-interval", kindDuration},
 	{"relay", "dead_letter_retry", "dead-letter-retry", kindDuration},
 	{"relay", "dead_letter_retries", "dead-letter-retries", kindPositive},
+	{"relay", "schedule_lease", "schedule-lease", kindDuration},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},

@@ -62,6 +62,7 @@ relay:
   purge_interval: 30m
   dead_letter_retry: 1h
   dead_letter_retries: 2
+  schedule_lease: 20s
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -106,6 +107,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, 30*time.Minute, get("purge-interval").dur)
 	require.Equal(t, time.Hour, get("dead-letter-retry").dur)
 	require.Equal(t, 2, get("dead-letter-retries").num)
+	require.Equal(t, 20*time.Second, get("schedule-lease").dur)
 }
 
 func TestParseConfigFileEmpty(t *testing.T) {

@@ -138,7 +138,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
 		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
-		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0,
+		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0, "schedule-lease": rf.cfg.ScheduleLease > 0,
 	}); err != nil {
 		return err
 	}
@@ -362,7 +362,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,
 		"shutdown-timeout": &rf.cfg.ShutdownTimeout, "db-timeout": &rf.cfg.DBTimeout, "backoff-base": &rf.cfg.BackoffBase, "backoff-max": &rf.cfg.BackoffMax,
 		"purge-after": &rf.cfg.PurgeAfter, "purge-failed-after": &rf.cfg.PurgeFailedAfter, "purge-interval": &rf.cfg.PurgeInterval,
-		"dead-letter-retry": &rf.cfg.DeadLetterRetry,
+		"dead-letter-retry": &rf.cfg.DeadLetterRetry, "schedule-lease": &rf.cfg.ScheduleLease,
 	}
 	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer}
 	for flag, dst := range strs {

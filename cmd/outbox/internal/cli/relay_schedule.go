@@ -44,12 +44,14 @@ func addScheduleFlags(f *pflag.FlagSet, cfg *outbox.RelayConfig) {
 	f.Var(dayDuration{&cfg.PurgeInterval}, "purge-interval", "how often the leading relay purges")
 	f.Var(dayDuration{&cfg.DeadLetterRetry}, "dead-letter-retry", "send each dead-lettered event back to pending this long after it failed, with its attempts reset, on one relay of the fleet at a time; 0 for no slow retry")
 	f.IntVar(&cfg.DeadLetterRetries, "dead-letter-retries", outbox.DeadLetterRetriesDefault, "most slow retries of one event (with --dead-letter-retry)")
+	cfg.ScheduleLease = outbox.ScheduleLeaseDefault
+	f.Var(dayDuration{&cfg.ScheduleLease}, "schedule-lease", "with the scheduled jobs, how long the job lease lasts: a relay that dies holding it delays the jobs this long (at least 1s)")
 }
 
 // scheduleFlagNames maps the scheduled jobs' RelayConfig fields to flags.
 var scheduleFlagNames = map[string]string{
 	"PurgeAfter": "purge-after", "PurgeFailedAfter": "purge-failed-after", "PurgeInterval": "purge-interval",
-	"DeadLetterRetry": "dead-letter-retry", "DeadLetterRetries": "dead-letter-retries",
+	"DeadLetterRetry": "dead-letter-retry", "DeadLetterRetries": "dead-letter-retries", "ScheduleLease": "schedule-lease",
 }
 
 func init() {
