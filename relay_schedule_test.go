@@ -258,12 +258,16 @@ func TestRelayScheduleConfig(t *testing.T) {
 
 // TestRelayScheduleRefusesOldSchema: a relay with scheduled jobs refuses a
 // schema migrated before outbox_leases (version 4) with a line that says
-// what to run; without scheduled jobs it starts (nothing it runs needs
-// migration 5).
+// what to run; without scheduled jobs it delivers as before, and the stats
+// report no slow retries instead of failing.
 func TestRelayScheduleRefusesOldSchema(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	_, err := b.pool.Exec(b.ctx, `DELETE FROM `+pgx.Identifier{b.schema, "outbox_migrations"}.Sanitize()+` WHERE version >= 5`)
+	// Undo migration 5.
+	_, err := b.pool.Exec(b.ctx, `ALTER TABLE `+pgx.Identifier{b.schema, "outbox_events"}.Sanitize()+`
+		DROP COLUMN dead_letter_retries, DROP COLUMN dead_letter_retry_at;
+		DROP TABLE `+pgx.Identifier{b.schema, "outbox_leases"}.Sanitize()+`;
+		DELETE FROM `+pgx.Identifier{b.schema, "outbox_migrations"}.Sanitize()+` WHERE version >= 5`)
 	require.NoError(t, err)
 	r, err := outbox.NewRelay(b.db, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), Schema: b.schema, PurgeAfter: time.Hour})
 	require.NoError(t, err)
@@ -271,5 +275,8 @@ func TestRelayScheduleRefusesOldSchema(t *testing.T) {
 	require.ErrorContains(t, err, "need schema version 5")
 	require.ErrorContains(t, err, "is at 4: run outbox migrate")
 
+	b.write(t, 3, nil)
 	startRelay(t, b.db, b.schema, outbox.RelayConfig{Sink: outboxtest.NewRecorder()})
+	b.waitStats(t, "delivered on schema version 4", func(s outbox.Stats) bool { return s.Processed == 3 })
+	require.Equal(t, outbox.DeadLetterRetryStats{}, b.stats(t).DeadLetterRetry)
 }
