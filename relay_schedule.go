@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -232,11 +233,18 @@ func (r *Relay) scheduleLoop(ctx context.Context, el *leader.Elector) {
 	}
 }
 
+// errLeaseLost ends a scheduled job whose relay lost the job lease between
+// two batches; the new leader carries on.
+var errLeaseLost = errors.New("lost the job lease; the relay that holds it now carries on")
+
 // scheduleBatches runs batch, each call under DBTimeout, until it changes
-// fewer than size rows, the relay stops or loses the lease; it returns the
-// rows changed and the statements run.
+// fewer than size rows, the relay stops (ctx.Err()) or loses the lease
+// (errLeaseLost); it returns the rows changed and the statements run.
 func (r *Relay) scheduleBatches(ctx context.Context, el *leader.Elector, size int, batch func(context.Context) (int64, error)) (total int64, batches int, err error) {
-	for ctx.Err() == nil && el.IsLeader() {
+	for ctx.Err() == nil {
+		if !el.IsLeader() {
+			return total, batches, errLeaseLost
+		}
 		bctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 		n, err := batch(bctx)
 		cancel()
@@ -295,6 +303,8 @@ func (r *Relay) runPurge(ctx context.Context, el *leader.Elector) {
 	switch {
 	case info.Err != nil && ctx.Err() != nil:
 		// Stopping: the next leader purges the rest.
+	case errors.Is(info.Err, errLeaseLost):
+		r.log.Info("scheduled purge stopped", append(attrs, slog.String("reason", info.Err.Error()))...)
 	case info.Err != nil:
 		r.log.Warn("scheduled purge failed; retrying at the next interval",
 			append(attrs, slog.String("error", info.Err.Error()), slog.Duration("retry_in", r.cfg.PurgeInterval))...)
@@ -329,6 +339,8 @@ func (r *Relay) runDeadLetterRetry(ctx context.Context, el *leader.Elector) {
 	switch {
 	case info.Err != nil && ctx.Err() != nil:
 		return
+	case errors.Is(info.Err, errLeaseLost):
+		r.log.Info("dead-letter retry stopped", append(attrs, slog.String("reason", info.Err.Error()))...)
 	case info.Err != nil:
 		r.log.Warn("dead-letter retry failed; retrying later",
 			append(attrs, slog.String("error", info.Err.Error()), slog.Duration("retry_in", r.cfg.deadLetterRetryTick()))...)
