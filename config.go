@@ -156,10 +156,11 @@ type RelayConfig struct {
 	EventTypes []string
 	// PurgeAfter, when positive, makes the fleet's leading relay delete
 	// processed events (and archived ones) older than this, every
-	// PurgeInterval, in batches (see relay_schedule.go). Zero (the
-	// default) for no scheduled purge. The scheduled jobs run on one relay
-	// of the fleet at a time, the holder of a lease in outbox_leases
-	// (migration 5).
+	// PurgeInterval, in batches of PurgeBatchSize, as Manager.Purge does.
+	// Zero (the default) for no scheduled purge. The scheduled jobs run on
+	// one relay of the fleet at a time, the holder of a lease in
+	// outbox_leases (migration 5; Start refuses an older schema), and
+	// report to HookPurge, HookLeaderLease and HookDeadLetterRetry.
 	PurgeAfter time.Duration
 	// PurgeFailedAfter, when positive, makes the leading relay delete
 	// dead-lettered events that failed longer ago than this. Zero (the
