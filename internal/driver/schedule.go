@@ -60,6 +60,11 @@ type Scheduler interface {
 	DeadLetterRetryStats(ctx context.Context) (DeadLetterRetryStats, error)
 }
 
+// DiscardedRetries is the dead_letter_retries a discard stores: an event an
+// operator discarded has used up its slow retries, so the dead-letter slow
+// retry never publishes it again; a retry by hand still does.
+const DiscardedRetries = 1<<31 - 1
+
 // SchedulerVersion is the migration that adds what Scheduler needs: the
 // outbox_leases table and the dead-letter retry columns.
 const SchedulerVersion = 5

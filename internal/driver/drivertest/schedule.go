@@ -79,8 +79,7 @@ func testLeaseRace(t *testing.T, h Harness) {
 func testDeadLetterRetry(t *testing.T, h Harness) {
 	b := setup(t, h)
 	ids := b.insert(t, 3)
-	_, err := b.drv.Discard(b.ctx, ids, "broken")
-	require.NoError(t, err)
+	b.deadLetter(t, "broken", ids...)
 	p := driver.DeadLetterRetryParams{After: time.Hour, MaxRetries: 2, BatchSize: 2}
 	schedule := func() int64 {
 		t.Helper()
@@ -131,16 +130,51 @@ func testDeadLetterRetry(t *testing.T, h Harness) {
 	require.Equal(t, driver.DeadLetterRetryStats{}, stats())
 
 	// ids[0] fails again: its second slow retry is its last.
-	_, err = b.drv.Discard(b.ctx, ids[:1], "broken again")
-	require.NoError(t, err)
+	b.deadLetter(t, "broken again", ids[0])
 	require.EqualValues(t, 1, schedule())
 	b.db.SetTime(t, b.db.Table, "dead_letter_retry_at", -time.Second, ids[0])
 	require.EqualValues(t, 1, retry(10))
 	require.Equal(t, driver.StatusPending, b.get(t, ids[0]).Status)
-	_, err = b.drv.Discard(b.ctx, ids[:1], "broken for good")
-	require.NoError(t, err)
+	b.deadLetter(t, "broken for good", ids[0])
 	require.Zero(t, schedule(), "out of slow retries")
 	require.Zero(t, retry(10))
 	require.Equal(t, driver.StatusFailed, b.get(t, ids[0]).Status)
 	require.Equal(t, driver.DeadLetterRetryStats{}, stats())
+
+	// An event an operator discarded is never retried on the schedule.
+	discarded, err := b.drv.Discard(b.ctx, ids[1:2], "stop it")
+	require.NoError(t, err)
+	require.Equal(t, ids[1:2], discarded)
+	require.Zero(t, schedule(), "a discarded event has no slow retries")
+	require.Equal(t, driver.DeadLetterRetryStats{}, stats())
+}
+
+// deadLetter moves the pending events ids to failed as a relay does after
+// a permanent error, and hands the other events it claimed back.
+func (b bundle) deadLetter(t testing.TB, msg string, ids ...int64) {
+	t.Helper()
+	c := b.claim(t, "dl", 1000, time.Minute)
+	f := driver.Fence{RelayID: "dl", LockedUntil: c.LockedUntil}
+	want := map[int64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var (
+		fails  []driver.Failure
+		others []int64
+	)
+	for _, e := range c.Events {
+		if want[e.ID] {
+			fails = append(fails, driver.Failure{ID: e.ID, Error: msg, Permanent: true})
+		} else {
+			others = append(others, e.ID)
+		}
+	}
+	fr, err := b.drv.MarkFailed(b.ctx, f, 5, fails)
+	require.NoError(t, err)
+	require.ElementsMatch(t, ids, fr.Dead)
+	if len(others) > 0 {
+		_, err = b.drv.Release(b.ctx, f, others)
+		require.NoError(t, err)
+	}
 }

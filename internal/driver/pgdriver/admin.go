@@ -155,13 +155,14 @@ RETURNING e.id`
 	return int64(len(ids)), last, nil
 }
 
-// Discard dead-letters pending events. Processing events are left alone:
-// their relay is publishing them right now.
+// Discard dead-letters pending events, out of slow retries
+// (driver.DiscardedRetries). Processing events are left alone: their relay
+// is publishing them right now.
 func (d *Driver) Discard(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	rows, err := d.pool.Query(ctx, `UPDATE `+d.table+`
-SET status = 'failed', last_error = $2, locked_until = NULL, updated_at = now()
+SET status = 'failed', last_error = $2, locked_until = NULL, updated_at = now(), dead_letter_retries = $3
 WHERE id = ANY($1::bigint[]) AND status = 'pending'
-RETURNING id`, ids, reason)
+RETURNING id`, ids, reason, driver.DiscardedRetries)
 	if err != nil {
 		return nil, wrap(err)
 	}
