@@ -106,10 +106,12 @@ WHERE id = ANY(ARRAY(
 
 // retryDeadLetterSQL requeues up to $2 failed events whose retry time has
 // come and that had fewer than $1 slow retries, shaped as
-// scheduleDeadLetterSQL.
+// scheduleDeadLetterSQL. It resets the event as an operator's requeue does
+// (last_error cleared too: an event that then succeeds shows no stale
+// error; one that fails again gets the new one).
 func retryDeadLetterSQL(t string) string {
 	return `UPDATE ` + t + `
-SET status = 'pending', attempts = 0, lease_expiries = 0, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now(),
     dead_letter_retries = dead_letter_retries + 1, dead_letter_retry_at = NULL
 WHERE id = ANY(ARRAY(
