@@ -154,10 +154,41 @@ type RelayConfig struct {
 	// ("order.*"). The filter is part of the claim statement, so relays with
 	// disjoint patterns can serve different sinks from one table.
 	EventTypes []string
+	// PurgeAfter, when positive, makes the fleet's leading relay delete
+	// processed events (and archived ones) older than this, every
+	// PurgeInterval, in batches of PurgeBatchSize, as Manager.Purge does.
+	// Zero (the default) for no scheduled purge. The scheduled jobs run on
+	// one relay of the fleet at a time, the holder of a lease in
+	// outbox_leases (migration 5; Start refuses an older schema), and
+	// report to HookPurge, HookLeaderLease and HookDeadLetterRetry.
+	PurgeAfter time.Duration
+	// PurgeFailedAfter, when positive, makes the leading relay delete
+	// dead-lettered events that failed longer ago than this. Zero (the
+	// default) keeps them.
+	PurgeFailedAfter time.Duration
+	// PurgeInterval is how often the leading relay purges. Defaults to
+	// PurgeIntervalDefault when a scheduled job is enabled.
+	PurgeInterval time.Duration
+	// PurgeBatchSize is how many rows one statement of a scheduled job
+	// deletes or changes. Defaults to PurgeBatchSizeDefault.
+	PurgeBatchSize int
+	// DeadLetterRetry, when positive, makes the leading relay send each
+	// dead-lettered event back to pending this long after it noticed it,
+	// with its attempts reset (a fresh fast-backoff cycle), at most
+	// DeadLetterRetries times. Zero (the default) for no slow retry.
+	DeadLetterRetry time.Duration
+	// DeadLetterRetries bounds the slow retries of one event. Defaults to
+	// DeadLetterRetriesDefault when DeadLetterRetry is set.
+	DeadLetterRetries int
+	// ScheduleLease is the length of the job lease; a relay that stops
+	// gives it up at once, one that dies holds it this long. Defaults to
+	// ScheduleLeaseDefault when a scheduled job is enabled.
+	ScheduleLease time.Duration
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay; each may implement any of the Hook
-	// interfaces (HookBatch, HookDeadLetter, HookPublish, HookRescue).
+	// interfaces (HookBatch, HookDeadLetter, HookPublish, HookRescue,
+	// HookPurge, HookLeaderLease, HookDeadLetterRetry).
 	Hooks []Hook
 }
 
@@ -179,6 +210,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
 	setDefault(&c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, max(c.Lease-time.Second, c.Lease/2)))
+	c.scheduleDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -235,6 +267,9 @@ func (c RelayConfig) Validate() error {
 	if _, err := ParseRetention(string(c.Retention)); err != nil {
 		return err
 	}
+	if err := c.validateSchedule(); err != nil {
+		return err
+	}
 	for i, p := range c.EventTypes {
 		if p == "" {
 			return bad("EventTypes", "entry %d is empty: use * to match every type", i)
@@ -248,7 +283,7 @@ func (c RelayConfig) Validate() error {
 		_, isDead := h.(HookDeadLetter)
 		_, isPublish := h.(HookPublish)
 		_, isRescue := h.(HookRescue)
-		if !isBatch && !isDead && !isPublish && !isRescue {
+		if !isBatch && !isDead && !isPublish && !isRescue && !isScheduleHook(h) {
 			return bad("Hooks", "entry %d (%T) implements no hook interface", i, h)
 		}
 	}

@@ -166,6 +166,13 @@
 // outbox_events_archive (which Purge also trims); both keep the hot table
 // small, and the events they remove can no longer be replayed.
 //
+// Relays can purge on their own: with [RelayConfig.PurgeAfter] (and
+// PurgeFailedAfter) the one relay of a fleet that holds the job lease, a
+// row in outbox_leases judged by the database clock, deletes old events in
+// batches every PurgeInterval; with [RelayConfig.DeadLetterRetry] it also
+// sends dead-lettered events back to pending on a slow schedule, at most
+// DeadLetterRetries times each.
+//
 // # Wake-ups
 //
 // After a full batch a relay claims again at once, and 5ms after a short one
@@ -184,7 +191,8 @@
 // [RelayConfig.Hooks] takes any mix of [HookBatch] (after every settled
 // batch, with a [BatchInfo]), [HookDeadLetter] (after every dead letter),
 // [HookPublish] (around every publish; it may change the headers the sink
-// sees) and [HookRescue] (after every lease rescue). The outboxprom, outboxalert and outboxotel packages implement them
+// sees), [HookRescue] (after every lease rescue), and for the scheduled
+// jobs [HookPurge], [HookLeaderLease] and [HookDeadLetterRetry]. The outboxprom, outboxalert and outboxotel packages implement them
 // for Prometheus metrics, dead-letter alerts and OpenTelemetry tracing.
 //
 // # Sinks

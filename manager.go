@@ -48,6 +48,9 @@ type Stats struct {
 	// OldestPendingAge is how long the oldest due pending event has waited:
 	// the relay's lag. Zero when nothing is due.
 	OldestPendingAge time.Duration `json:"-"`
+	// DeadLetterRetry describes the failed events waiting for a slow retry
+	// (RelayConfig.DeadLetterRetry).
+	DeadLetterRetry DeadLetterRetryStats `json:"dead_letter_retry"`
 }
 
 // Ping checks that the database answers and the outbox table exists; it
@@ -60,8 +63,10 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
-		OldestPendingAge: s.OldestPendingAge}, nil
+	out := Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
+		OldestPendingAge: s.OldestPendingAge}
+	out.DeadLetterRetry, err = m.DeadLetterRetryStats(ctx)
+	return out, err
 }
 
 // EstimateStats is Stats without scanning the history: pending, processing
@@ -75,8 +80,10 @@ func (m *Manager) EstimateStats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
-		OldestPendingAge: s.OldestPendingAge}, nil
+	out := Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
+		OldestPendingAge: s.OldestPendingAge}
+	out.DeadLetterRetry, err = m.DeadLetterRetryStats(ctx)
+	return out, err
 }
 
 // ListParams filters an event listing. Zero fields do not filter.

@@ -220,11 +220,13 @@ func (m *Manager) Sample(ctx context.Context) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	return Sample{
+	out := Sample{
 		At: time.Now(), Inserted: s.Inserted,
 		Stats: Stats{Pending: s.Stats.Pending, Processing: s.Stats.Processing, Processed: s.Stats.Processed,
 			Failed: s.Stats.Failed, OldestPendingAge: s.Stats.OldestPendingAge},
-	}, nil
+	}
+	out.Stats.DeadLetterRetry, err = m.DeadLetterRetryStats(ctx)
+	return out, err
 }
 
 // Flow is what happened to the outbox between two samples.

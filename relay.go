@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/outbox/internal/backoff"
 	"github.com/outboxkit/outbox/internal/driver"
 	"github.com/outboxkit/outbox/internal/errtext"
+	"github.com/outboxkit/outbox/internal/leader"
 )
 
 // Relay moves events from the outbox table to a sink: it claims due pending
@@ -36,6 +37,11 @@ type Relay struct {
 	deadHooks    []HookDeadLetter
 	publishHooks []HookPublish
 	rescueHooks  []HookRescue
+	purgeHooks   []HookPurge
+	leaseHooks   []HookLeaderLease
+	dlqHooks     []HookDeadLetterRetry
+	// elector holds the job lease, when a scheduled job is enabled.
+	elector *leader.Elector
 
 	// book tracks the leased batches, for Stop to report what it left.
 	book leaseBook
@@ -93,6 +99,10 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		if p, ok := h.(HookRescue); ok {
 			r.rescueHooks = append(r.rescueHooks, p)
 		}
+		r.addScheduleHook(h)
+	}
+	if err := r.newElector(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -142,6 +152,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkPooler(ctx); err != nil {
 		return err
 	}
+	if err := r.checkScheduleSchema(ctx); err != nil {
+		return err
+	}
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	r.settleBase, r.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	r.started = true
@@ -157,6 +170,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if p, ok := r.drv.(driver.ArchivePartitioner); ok && r.cfg.Retention == RetainArchive {
 		wg.Go(func() { r.archiveMaintenanceLoop(workCtx, p) })
 	}
+	r.startSchedule(workCtx, wg.Go)
 	if l, ok := r.drv.(driver.Listener); ok && r.cfg.Listen {
 		listenCtx, stopListen := context.WithCancel(workCtx)
 		wg.Go(func() {

@@ -107,6 +107,11 @@ type StatsJSON struct {
 	OldestPendingAgeSeconds float64     `json:"oldest_pending_age_seconds"`
 	SampleIntervalSeconds   float64     `json:"sample_interval_seconds"`
 	Series                  []PointJSON `json:"series"`
+	// DeadLetterRetryWaiting counts the failed events waiting for a slow
+	// retry (the relay's DeadLetterRetry); DeadLetterRetryNextDue is when
+	// the next goes back to pending, null when none waits.
+	DeadLetterRetryWaiting int64      `json:"dead_letter_retry_waiting"`
+	DeadLetterRetryNextDue *time.Time `json:"dead_letter_retry_next_due"`
 }
 
 // PointJSON is one sample. The rates are over the time since the previous
@@ -142,6 +147,11 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		OldestPendingAgeSeconds: roundMillis(last.Stats.OldestPendingAge.Seconds()),
 		SampleIntervalSeconds:   h.cfg.SampleInterval.Seconds(),
 		Series:                  []PointJSON{},
+		DeadLetterRetryWaiting:  last.Stats.DeadLetterRetry.Waiting,
+	}
+	if due := last.Stats.DeadLetterRetry.NextDue; !due.IsZero() {
+		due = due.UTC()
+		out.DeadLetterRetryNextDue = &due
 	}
 	for _, s := range samples {
 		if s.At.UnixMilli() <= since {

@@ -376,6 +376,8 @@ func TestStats(t *testing.T) {
 	require.InDelta(t, 0.1, first.SampleIntervalSeconds, 1e-9)
 	require.Len(t, first.Series, 1)
 	require.Nil(t, first.Series[0].PublishedPerSecond, "no rate without a previous sample")
+	require.Zero(t, first.DeadLetterRetryWaiting)
+	require.Nil(t, first.DeadLetterRetryNextDue)
 
 	// Three events are written and, of the four pending, two published:
 	// pending goes 4 -> 5, so published = written 3 - Δpending 1 = 2,

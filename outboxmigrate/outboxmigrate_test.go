@@ -26,6 +26,7 @@ func TestMigrate(t *testing.T) {
 	db := outbox.Postgres(testutil.Pool(t))
 	cfg := outboxmigrate.Config{Schema: testutil.EmptySchemaName(t)}
 	latest := outboxmigrate.Latest(db)
+	require.Equal(t, outboxmigrate.Migration{Version: 5, Name: "schedule_jobs"}, latest)
 
 	v, err := outboxmigrate.Version(ctx, db, cfg)
 	require.NoError(t, err)
@@ -44,6 +45,9 @@ func TestMigrate(t *testing.T) {
 
 	// The migrated table is what the relay and the manager expect.
 	require.NoError(t, outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema}).Ping(ctx))
+	var leases bool
+	require.NoError(t, testutil.Pool(t).QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, `"`+cfg.Schema+`".outbox_leases`).Scan(&leases))
+	require.True(t, leases, "migration 5 creates outbox_leases")
 
 	// Storage settings for a table whose rows are rewritten twice soon
 	// after they are written (docs/operations.md#autovacuum).

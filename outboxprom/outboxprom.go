@@ -115,8 +115,9 @@ func (c Config) Validate() error {
 }
 
 // Metrics is the outbox's Prometheus metrics. Add it to
-// outbox.RelayConfig.Hooks to observe a relay; it is an outbox.HookBatch
-// and an outbox.HookRescue.
+// outbox.RelayConfig.Hooks to observe a relay; it is an outbox.HookBatch,
+// an outbox.HookRescue and the scheduled jobs' hooks (outbox.HookPurge,
+// outbox.HookLeaderLease, outbox.HookDeadLetterRetry).
 // It is safe for concurrent use.
 type Metrics struct {
 	cfg Config
@@ -135,6 +136,7 @@ type Metrics struct {
 	batchSize    prometheus.Histogram
 	relayUp      prometheus.Gauge
 	lastBatch    prometheus.Gauge
+	schedule     scheduleMetrics
 
 	table *tableCollector // nil without a Manager
 }
@@ -186,6 +188,7 @@ func New(cfg Config) (*Metrics, error) {
 		m.published, publishErrors, m.retried, m.dead, m.released, m.expired, m.commitToPub,
 		m.claimDur, m.publishDur, m.markDur, m.batchSize, m.relayUp, m.lastBatch,
 	}
+	collectors = append(collectors, m.newScheduleMetrics(relayLabels)...)
 	if cfg.Manager != nil {
 		m.table = newTableCollector(cfg)
 		collectors = append(collectors, m.table)

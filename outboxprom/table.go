@@ -26,6 +26,7 @@ type tableCollector struct {
 
 	events  *prometheus.Desc
 	age     *prometheus.Desc
+	dlq     dlqDescs
 	health  healthDescs
 	errors  prometheus.Counter
 	queries atomic.Int64 // samples taken, for tests
@@ -58,6 +59,7 @@ func newTableCollector(cfg Config) *tableCollector {
 			"Seconds the oldest due pending event has waited: the publisher's lag. 0 when nothing is due.",
 			nil, labels),
 		health: newHealthDescs(labels),
+		dlq:    newDLQDescs(labels),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_stats_errors_total",
 			Help:        "Samples of the table's statistics or health that failed; the gauges of the part that failed are absent until a sample succeeds.",
 			ConstLabels: labels}),
@@ -68,6 +70,7 @@ func newTableCollector(cfg Config) *tableCollector {
 func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.age
+	c.dlq.describe(ch)
 	c.health.describe(ch)
 	c.errors.Describe(ch)
 }
@@ -86,6 +89,7 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(v.n), string(v.status))
 		}
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, s.OldestPendingAge.Seconds())
+		c.dlq.collect(ch, s.DeadLetterRetry)
 	}
 	if smp.healthErr == nil {
 		c.health.collect(ch, smp.health)

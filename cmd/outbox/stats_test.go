@@ -160,5 +160,6 @@ func TestStatsEmpty(t *testing.T) {
 		require.Contains(t, doc, k)
 		delete(doc, k)
 	}
-	require.Equal(t, map[string]any{"pending": 0.0, "processing": 0.0, "processed": 0.0, "failed": 0.0, "oldest_pending_age_seconds": 0.0}, doc)
+	require.Equal(t, map[string]any{"pending": 0.0, "processing": 0.0, "processed": 0.0, "failed": 0.0, "oldest_pending_age_seconds": 0.0,
+		"dead_letter_retry_waiting": 0.0, "dead_letter_retry_next_due": nil}, doc)
 }

@@ -268,6 +268,9 @@ type Driver interface {
 
 	// Admin holds the admin API's searches and actions (admin.go).
 	Admin
+	// Scheduler holds the job lease and the dead-letter slow retry
+	// (schedule.go).
+	Scheduler
 }
 
 // ErrPooler is returned, wrapped, when the database is reached through a

@@ -306,6 +306,11 @@
       { class: 'card ' + cls, href, title, dataset: { card: cls } },
       h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
     const failed = card('failed' + (st.failed > 0 ? ' alert' : ''), 'Failed', fmtInt(st.failed), '#/failed');
+    if (st.dead_letter_retry_waiting > 0) {
+      // The relay's dead-letter slow retry (--dead-letter-retry).
+      failed.append(h('div', { class: 'sub', dataset: { dlqRetry: '' } },
+        `${fmtInt(st.dead_letter_retry_waiting)} to retry, next ${fmtTime(st.dead_letter_retry_next_due)}`));
+    }
     el.replaceChildren(
       card('pending', 'Pending', fmtInt(st.pending), '#/events?status=pending'),
       card('processing', 'Processing', fmtInt(st.processing), '#/relays'),

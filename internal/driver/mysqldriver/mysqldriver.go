@@ -348,3 +348,16 @@ func (d Dialect) SchemaVersion(ctx context.Context, db *sql.DB, schema string) (
 	}
 	return sqldriver.MaxVersion(ctx, db, versions(schema))
 }
+
+// LeaseUpsert is INSERT … ON DUPLICATE KEY UPDATE, whose assignments run
+// left to right, each seeing the ones before: acquired_at and holder are
+// decided on the old row, then expires_at follows the (new) holder, so it
+// moves exactly when this holder held or took the row. VALUES() rather
+// than a row alias: MariaDB has no alias.
+func (d Dialect) LeaseUpsert(table string) string {
+	return `INSERT INTO ` + table + ` (` + "`name`, `holder`, `expires_at`" + `) VALUES (?, ?, ` + d.NowPlusMillis() + `)
+ON DUPLICATE KEY UPDATE
+    ` + "`acquired_at`" + ` = IF(` + "`holder` = VALUES(`holder`) OR `expires_at` > " + now + ", `acquired_at`, " + now + `),
+    ` + "`holder`" + ` = IF(` + "`holder` = VALUES(`holder`) OR `expires_at` <= " + now + ", VALUES(`holder`), `holder`" + `),
+    ` + "`expires_at`" + ` = IF(` + "`holder` = VALUES(`holder`), VALUES(`expires_at`), `expires_at`" + `)`
+}

@@ -135,7 +135,7 @@ func (d *Driver) RequeueMatching(ctx context.Context, flt driver.Filter, afterID
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + d.table + ` AS e
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 FROM sel
 WHERE e.id = sel.id
@@ -155,13 +155,14 @@ RETURNING e.id`
 	return int64(len(ids)), last, nil
 }
 
-// Discard dead-letters pending events. Processing events are left alone:
-// their relay is publishing them right now.
+// Discard dead-letters pending events, out of slow retries
+// (driver.DiscardedRetries). Processing events are left alone: their relay
+// is publishing them right now.
 func (d *Driver) Discard(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	rows, err := d.pool.Query(ctx, `UPDATE `+d.table+`
-SET status = 'failed', last_error = $2, locked_until = NULL, updated_at = now()
+SET status = 'failed', last_error = $2, locked_until = NULL, updated_at = now(), dead_letter_retries = $3
 WHERE id = ANY($1::bigint[]) AND status = 'pending'
-RETURNING id`, ids, reason)
+RETURNING id`, ids, reason, driver.DiscardedRetries)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -9,3 +9,9 @@ func ClaimBudgetSQL(d *Driver) string { return d.q.claimBudget }
 
 // PurgeArchiveSQL exposes the archive's batched purge to plan tests.
 func PurgeArchiveSQL(d *Driver) string { return d.q.purgeArchive }
+
+// DeadLetterSQL exposes the dead-letter slow retry's statements to plan
+// tests.
+func DeadLetterSQL(d *Driver) (schedule, retry string) {
+	return scheduleDeadLetterSQL(d.table), retryDeadLetterSQL(d.table)
+}

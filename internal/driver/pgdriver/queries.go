@@ -220,7 +220,7 @@ WHERE e.id = r.id`
 	q.listPrefix = `SELECT ` + eventColumns("") + ` FROM ` + t
 
 	q.requeue = `UPDATE ` + t + `
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[])
 RETURNING id`
@@ -239,7 +239,7 @@ RETURNING id`
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + t + ` AS e
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, available_at = now(), locked_until = NULL,
+SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = now(), locked_until = NULL,
     processed_at = NULL, updated_at = now()
 FROM sel
 WHERE e.id = sel.id

@@ -128,8 +128,8 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), append(f.args, limit)...)
 	return int64(len(ids)), lastID(afterID, ids), nil
 }
 
-// Discard dead-letters pending events; processing ones are left to their
-// relay.
+// Discard dead-letters pending events, out of slow retries
+// (driver.DiscardedRetries); processing ones are left to their relay.
 func (d *Driver) Discard(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -143,8 +143,8 @@ WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`+d.d.ForUpdate()
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+`
-SET status = 'failed', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`
-WHERE id IN (`+placeholders(len(changed))+`)`, append([]any{reason}, int64Args(changed)...)...)
+SET status = 'failed', last_error = ?, locked_until = NULL, updated_at = `+d.d.Now()+`, dead_letter_retries = ?
+WHERE id IN (`+placeholders(len(changed))+`)`, append([]any{reason, driver.DiscardedRetries}, int64Args(changed)...)...)
 		return err
 	})
 	return changed, err

@@ -80,7 +80,7 @@ func (d *Driver) GetEvent(ctx context.Context, id int64) (driver.Event, error) {
 // cleared: an operator's retry or replay starts the event afresh, so an
 // event that then succeeds shows no stale error.
 func (d *Driver) requeueSet() string {
-	return `SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, available_at = ` + d.d.Now() + `, locked_until = NULL,
+	return `SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = ` + d.d.Now() + `, locked_until = NULL,
     processed_at = NULL, updated_at = ` + d.d.Now()
 }
 

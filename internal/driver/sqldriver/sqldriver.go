@@ -85,6 +85,12 @@ type Dialect interface {
 	// while every other error (a data error above all) still fails the
 	// statement: not INSERT IGNORE, which turns those into warnings.
 	KeepExisting(table string) string
+	// LeaseUpsert is an INSERT of one row of the leases table (name,
+	// holder and the lease's length in milliseconds, bound in that order)
+	// that, when the name exists, takes the row over only if the holder
+	// already holds it or it has expired, by the database clock, and
+	// otherwise leaves it as it is.
+	LeaseUpsert(table string) string
 	// Begin starts a short write transaction.
 	Begin(ctx context.Context, db *sql.DB) (Tx, error)
 	// Transient reports an error after which the transaction, once rolled

@@ -278,3 +278,13 @@ func (d Dialect) SchemaVersion(ctx context.Context, db *sql.DB, schema string) (
 	}
 	return sqldriver.MaxVersion(ctx, db, versions(schema))
 }
+
+// LeaseUpsert is an upsert whose DO UPDATE has a WHERE: a row another
+// holder holds and that has not expired is left alone.
+func (d Dialect) LeaseUpsert(table string) string {
+	return `INSERT INTO ` + table + ` ("name", "holder", "expires_at") VALUES (?, ?, ` + d.NowPlusMillis() + `)
+ON CONFLICT ("name") DO UPDATE
+SET "acquired_at" = CASE WHEN "holder" = excluded."holder" THEN "acquired_at" ELSE ` + now + ` END,
+    "holder" = excluded."holder", "expires_at" = excluded."expires_at"
+WHERE "holder" = excluded."holder" OR "expires_at" <= ` + now
+}

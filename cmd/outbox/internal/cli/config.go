@@ -85,6 +85,12 @@ var fileKeys = []fileKey{
 	{"relay", "retention", "retention", kindRetention},
 	{"relay", "listen", "listen", kindBool},
 	{"relay", "max_batch_bytes", "max-batch-bytes", kindPositive},
+	{"relay", "purge_after", "purge-after", kindDuration},
+	{"relay", "purge_failed_after", "purge-failed-after", kindDuration},
+	{"relay", "purge_interval", "purge-interval", kindDuration},
+	{"relay", "dead_letter_retry", "dead-letter-retry", kindDuration},
+	{"relay", "dead_letter_retries", "dead-letter-retries", kindPositive},
+	{"relay", "schedule_lease", "schedule-lease", kindDuration},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},
@@ -312,8 +318,8 @@ func (c *fileConfig) parseValue(key fileKey, n *yaml.Node, lookup func(string) (
 			return fail(n.Line, "%q is not a positive whole number", clip(s))
 		}
 	case kindDuration:
-		if val.dur, err = time.ParseDuration(s); err != nil || val.dur <= 0 {
-			return fail(n.Line, "%q is not a positive duration: use a Go duration such as 500ms, 30s or 5m", clip(s))
+		if val.dur, err = parseDuration(s); err != nil || val.dur <= 0 {
+			return fail(n.Line, "%q is not a positive duration: use a Go duration such as 500ms, 30s or 5m, or days such as 7d", clip(s))
 		}
 	case kindBool:
 		if val.flag, err = strconv.ParseBool(s); err != nil {

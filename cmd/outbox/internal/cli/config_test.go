@@ -57,6 +57,12 @@ relay:
   retention: archive
   listen: true
   max_batch_bytes: 67108864
+  purge_after: 7d
+  purge_failed_after: 30d
+  purge_interval: 30m
+  dead_letter_retry: 1h
+  dead_letter_retries: 2
+  schedule_lease: 20s
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -96,6 +102,12 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.True(t, get("listen").flag)
 	require.False(t, get("otel").flag)
 	require.Equal(t, "relay.lease (relay.yaml:26)", get("lease").origin())
+	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")
+	require.Equal(t, 30*24*time.Hour, get("purge-failed-after").dur)
+	require.Equal(t, 30*time.Minute, get("purge-interval").dur)
+	require.Equal(t, time.Hour, get("dead-letter-retry").dur)
+	require.Equal(t, 2, get("dead-letter-retries").num)
+	require.Equal(t, 20*time.Second, get("schedule-lease").dur)
 }
 
 func TestParseConfigFileEmpty(t *testing.T) {

@@ -76,6 +76,11 @@ Broker sinks send each event to a destination (subject, topic, routing key,
 stream) from --route, or the first --route-rule whose pattern matches the
 event type; an event's outbox_topic header overrides both.
 
+With --purge-after (and --purge-failed-after) or --dead-letter-retry, one relay
+of the fleet at a time, the holder of a lease row in outbox_leases, also
+deletes old events every --purge-interval and sends dead-lettered events back
+to pending on a slow schedule (docs/operations.md, Retention and Slow retry).
+
 --config FILE reads these settings from a YAML file; a flag given on the
 command line wins over an environment variable, which wins over the file.
 
@@ -120,6 +125,7 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.so.WebhookKey, "webhook-key", "", "https webhook: PEM private key of --webhook-cert")
 	f.IntVar(&rf.so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
 	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
+	addScheduleFlags(f, &rf.cfg)
 	rf.obs.addFlags(f)
 	return cmd
 }
@@ -132,6 +138,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
 		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
+		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0, "schedule-lease": rf.cfg.ScheduleLease > 0,
 	}); err != nil {
 		return err
 	}
@@ -349,11 +356,13 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
 		"max-batch-bytes":  &rf.cfg.MaxBatchBytes,
-		"sink-concurrency": &rf.so.Concurrency,
+		"sink-concurrency": &rf.so.Concurrency, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
 	}
 	durs := map[string]*time.Duration{
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,
 		"shutdown-timeout": &rf.cfg.ShutdownTimeout, "db-timeout": &rf.cfg.DBTimeout, "backoff-base": &rf.cfg.BackoffBase, "backoff-max": &rf.cfg.BackoffMax,
+		"purge-after": &rf.cfg.PurgeAfter, "purge-failed-after": &rf.cfg.PurgeFailedAfter, "purge-interval": &rf.cfg.PurgeInterval,
+		"dead-letter-retry": &rf.cfg.DeadLetterRetry, "schedule-lease": &rf.cfg.ScheduleLease,
 	}
 	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer}
 	for flag, dst := range strs {

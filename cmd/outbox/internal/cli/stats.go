@@ -22,6 +22,11 @@ type statsJSON struct {
 	Processed               int64   `json:"processed"`
 	Failed                  int64   `json:"failed"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// DeadLetterRetryWaiting counts failed events with a slow retry
+	// scheduled (relay --dead-letter-retry); DeadLetterRetryNextDue is when
+	// the next one goes back to pending, null when none is scheduled.
+	DeadLetterRetryWaiting int64      `json:"dead_letter_retry_waiting"`
+	DeadLetterRetryNextDue *time.Time `json:"dead_letter_retry_next_due"`
 }
 
 // statsIntervalDefault is how often stats --watch refreshes.
@@ -42,9 +47,11 @@ health from the database's catalog: their size, the dead tuples vacuum has
 yet to remove (PostgreSQL), and the oldest transaction in the database,
 which keeps vacuum (InnoDB's purge on MySQL/MariaDB) from removing them.
 With --json it prints one object with the keys pending, processing,
-processed, failed, oldest_pending_age_seconds, tables, vacuum_horizon,
-innodb_history_length and sqlite_file; a figure the database does not
-report is null.
+processed, failed, oldest_pending_age_seconds, dead_letter_retry_waiting,
+dead_letter_retry_next_due, tables, vacuum_horizon, innodb_history_length
+and sqlite_file; a figure the database does not report is null. Failed
+events waiting for a slow retry (relay --dead-letter-retry) show as
+"dead-letter retry" with the time the next one is due.
 
 With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
@@ -95,6 +102,8 @@ func statsDocument(s outbox.Stats) statsJSON {
 		Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
 		// Milliseconds are precision enough for a lag.
 		OldestPendingAgeSeconds: math.Round(s.OldestPendingAge.Seconds()*1000) / 1000,
+		DeadLetterRetryWaiting:  s.DeadLetterRetry.Waiting,
+		DeadLetterRetryNextDue:  nextDue(s.DeadLetterRetry),
 	}
 }
 
@@ -113,6 +122,7 @@ func statsRows(tw *table, s outbox.Stats, flow *outbox.Flow) {
 	tw.row("processed\t%d\n", s.Processed)
 	tw.row("failed\t%d\n", s.Failed)
 	tw.row("oldest pending age\t%s\n", s.OldestPendingAge.Round(time.Millisecond))
+	deadLetterRetryRow(tw, s.DeadLetterRetry)
 	if flow != nil {
 		written, published := "-", "-"
 		if secs := flow.Interval.Seconds(); secs > 0 {

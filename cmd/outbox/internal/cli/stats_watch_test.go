@@ -75,7 +75,7 @@ func TestStatsViewJSONLines(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	require.Len(t, lines, 2)
 	require.JSONEq(t, `{"at":"2025-01-31T09:00:00Z","pending":1,"processing":0,"processed":0,"failed":0,
-		"oldest_pending_age_seconds":1.5,"written_per_second":null,"published_per_second":null,
+		"oldest_pending_age_seconds":1.5,"dead_letter_retry_waiting":0,"dead_letter_retry_next_due":null,"written_per_second":null,"published_per_second":null,
 		"tables":[],"vacuum_horizon":null,"innodb_history_length":null,"sqlite_file":null}`, lines[0])
 	require.Contains(t, lines[1], `"tables":[{"table":"outbox_events","live_rows":null,"dead_tuples":7,`)
 	var doc map[string]any
