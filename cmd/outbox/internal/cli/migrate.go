@@ -71,8 +71,8 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 			}
 			res, err := outboxmigrate.Migrate(cmd.Context(), db, cfg)
 			if err != nil {
-				if perr := partitionError(err); perr != err {
-					return perr
+				if errors.Is(err, outboxmigrate.ErrPartitionUnsupported) || errors.Is(err, outboxmigrate.ErrPeriodChange) {
+					return partitionError(err)
 				}
 				// One prefix, this command's, instead of "outbox migrate:"
 				// after the CLI's own "outbox:".
