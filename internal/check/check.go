@@ -168,14 +168,14 @@ type Report struct {
 	Aggregates int `json:"aggregates"`
 	Relays     int `json:"relays"`
 
-	Kills       int    `json:"kills"`
-	Restarts    int    `json:"relay_restarts"`
-	RelayExits  int    `json:"relay_exits"`
-	LastExit    string `json:"last_relay_exit,omitempty"`
-	Resets      int    `json:"connection_resets"`
-	Refusals    int    `json:"connection_refusals"`
-	Blackholes  int    `json:"blackholes"`
-	ProxySkiped string `json:"proxy_skipped,omitempty"`
+	Kills        int    `json:"kills"`
+	Restarts     int    `json:"relay_restarts"`
+	RelayExits   int    `json:"relay_exits"`
+	LastExit     string `json:"last_relay_exit,omitempty"`
+	Resets       int    `json:"connection_resets"`
+	Refusals     int    `json:"connection_refusals"`
+	Blackholes   int    `json:"blackholes"`
+	ProxySkipped string `json:"proxy_skipped,omitempty"`
 
 	// Delivered counts distinct events the receiver got (or, with
 	// acknowledgements, the events the database holds as processed).
@@ -287,9 +287,11 @@ func (r *run) run(ctx context.Context) error {
 		sinkURL = recv.URL()
 	}
 	proxyAddr := ""
-	if cfg.Cuts > 0 {
+	if cfg.Cuts < 0 {
+		r.report.ProxySkipped = "no faults were asked for"
+	} else {
 		if target, why := r.sc.target(); target == "" {
-			r.report.ProxySkiped = why
+			r.report.ProxySkipped = why
 			cfg.Logger.Warn("check: no connection cuts: " + why)
 		} else {
 			p, err := faultproxy.Listen(ctx, target)

@@ -140,7 +140,7 @@ func (a *app) runCheck(cmd *cobra.Command, cf *checkFlags) error {
 	case err != nil:
 		return err
 	case rep.Interrupted:
-		return &exitError{code: ExitInterrupted, err: errors.New("interrupted: the check stopped before it finished; the report shows what did")}
+		return &exitError{code: ExitInterrupted, err: errors.New("the check stopped before it finished; the report shows what did")}
 	case !rep.Passed:
 		return fmt.Errorf("check failed: %d lost, %d ghost events (see the report)", rep.Lost, rep.Ghosts)
 	}
@@ -188,8 +188,8 @@ func (a *app) printCheckReport(rep *check.Report, asJSON bool) error {
 	if rep.LastExit != "" {
 		t.row("  last exit\t%s\n", printableLine(rep.LastExit))
 	}
-	if rep.ProxySkiped != "" {
-		t.row("  network\tno faults: %s\n", rep.ProxySkiped)
+	if rep.ProxySkipped != "" {
+		t.row("  network\tno faults: %s\n", rep.ProxySkipped)
 	} else {
 		t.row("  network\t%d resets, %d refusals, %d blackholes\n", rep.Resets, rep.Refusals, rep.Blackholes)
 	}
