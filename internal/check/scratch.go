@@ -111,11 +111,29 @@ func openPgScratch(ctx context.Context, cfg *Config) (scratch, error) {
 	if _, err := pool.Exec(ctx, `COMMENT ON SCHEMA `+quoted+` IS '`+scratchComment+`'`); err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	if _, err := outboxmigrate.Migrate(ctx, outbox.Postgres(pool), outboxmigrate.Config{Schema: s.name}); err != nil {
+	if err := s.migrate(ctx, cfg.PgBouncer); err != nil {
 		return nil, s.fail(ctx, err)
 	}
 	s.writer = outbox.NewWriter(outbox.WriterConfig{Schema: s.name})
 	return s, nil
+}
+
+// migrate creates the outbox tables in the scratch schema. Through
+// PgBouncer in transaction mode, Migrate's session advisory lock could be
+// taken and released on different server connections; the migrations'
+// script in one transaction needs no lock, as nothing else knows the
+// schema.
+func (s *pgScratch) migrate(ctx context.Context, pgBouncer bool) error {
+	db := outbox.Postgres(s.pool)
+	cfg := outboxmigrate.Config{Schema: s.name}
+	if !pgBouncer {
+		_, err := outboxmigrate.Migrate(ctx, db, cfg)
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, outboxmigrate.SQL(db, cfg))
+		return err
+	})
 }
 
 // fail drops what was created and returns err.
