@@ -1,6 +1,7 @@
 package check
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -28,9 +29,13 @@ var ErrRelayUsage = errors.New("a relay refused its arguments")
 // binary, re-executed as outbox relay — one per slot, restarting each one
 // that dies until stop.
 type fleet struct {
-	exe  string
-	args func(slot, gen int) []string
-	env  []string
+	// ctx ends every relay still running (SIGKILL) when cancelled: the
+	// hard stop after stopTimeout.
+	ctx    context.Context
+	cancel context.CancelFunc
+	exe    string
+	args   func(slot, gen int) []string
+	env    []string
 
 	mu       sync.Mutex
 	slots    []*child // the running relay of each slot, nil between two
@@ -52,7 +57,8 @@ type child struct {
 }
 
 func newFleet(exe string, env []string, n int, args func(slot, gen int) []string) *fleet {
-	return &fleet{exe: exe, env: env, args: args, slots: make([]*child, n), fatal: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &fleet{ctx: ctx, cancel: cancel, exe: exe, env: env, args: args, slots: make([]*child, n), fatal: make(chan error, 1)}
 }
 
 // start starts every slot's first relay.
@@ -70,7 +76,7 @@ func (f *fleet) start() error {
 }
 
 func (f *fleet) spawn(slot, gen int) (*child, error) {
-	cmd := exec.Command(f.exe, f.args(slot, gen)...)
+	cmd := exec.CommandContext(f.ctx, f.exe, f.args(slot, gen)...)
 	cmd.Env = f.env
 	c := &child{cmd: cmd, stderr: &tail{}, done: make(chan struct{})}
 	cmd.Stderr = c.stderr
@@ -171,13 +177,12 @@ func (f *fleet) stop() {
 		select {
 		case <-c.done:
 		case <-deadline.C:
-			for _, c := range running {
-				_ = c.cmd.Process.Kill()
-			}
+			f.cancel() // kills every relay
 			<-c.done
 		}
 	}
 	f.wg.Wait()
+	f.cancel()
 }
 
 // countsOrZero returns the kills, restarts and own exits so far, and the

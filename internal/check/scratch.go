@@ -139,7 +139,7 @@ func (s *pgScratch) migrate(ctx context.Context, pgBouncer bool) error {
 // fail drops what was created and returns err.
 func (s *pgScratch) fail(ctx context.Context, err error) error {
 	if derr := s.drop(context.WithoutCancel(ctx)); derr != nil {
-		return fmt.Errorf("%w (and dropping scratch schema %s failed: %v)", err, s.name, derr)
+		return fmt.Errorf("%w (and dropping scratch schema %s failed: %w)", err, s.name, derr)
 	}
 	return err
 }
@@ -240,7 +240,7 @@ func openMySQLScratch(ctx context.Context, raw string, c *dburl.Config) (scratch
 	// Migrate creates the database the schema names.
 	if _, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{Schema: s.name}); err != nil {
 		if derr := s.drop(context.WithoutCancel(ctx)); derr != nil {
-			return nil, fmt.Errorf("%w (and dropping scratch database %s failed: %v)", err, s.name, derr)
+			return nil, fmt.Errorf("%w (and dropping scratch database %s failed: %w)", err, s.name, derr)
 		}
 		return nil, fmt.Errorf("%w (the check needs CREATE and DROP on the server)", err)
 	}
@@ -264,7 +264,7 @@ func openSQLiteScratch(ctx context.Context, c *dburl.Config) (scratch, error) {
 	_ = f.Close()
 	sdb, err := sql.Open("sqlite", c.SQLiteDSNFor(path))
 	if err != nil {
-		removeSQLite(path)
+		_ = removeSQLite(path)
 		return nil, err
 	}
 	s := &sqlScratch{db: sdb, outbox: outbox.SQLite(sdb), raw: "sqlite://" + path, name: path}
