@@ -127,6 +127,21 @@ func TestCheckFailsOnALostEvent(t *testing.T) {
 	require.False(t, schemaExists(t, rep.Scratch), "the scratch schema is dropped after a failure too")
 }
 
+func TestCheckThroughASinkVerifiesByAcknowledgements(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, checkArgs([]string{"--database-url", testutil.DatabaseURL()}, "--sink", "stdout:")...)
+	require.Equal(t, 0, res.code, "stdout:\n%s\nstderr:\n%s", res.stdout, res.stderr)
+	rep := parseCheckReport(t, res)
+	require.True(t, rep.Passed)
+	require.Equal(t, "acknowledgements", rep.VerifiedBy)
+	require.Equal(t, 300, rep.Delivered, "every event acknowledged and marked processed")
+	require.Zero(t, rep.Lost)
+	require.Nil(t, rep.Duplicated, "a foreign sink's duplicates cannot be counted")
+	require.Nil(t, rep.Deliveries)
+	require.Nil(t, rep.OutOfOrder)
+	require.Equal(t, 3, rep.Kills)
+}
+
 // scratchLog finds the scratch name in the check's log.
 var scratchLog = regexp.MustCompile(`scratch=(outbox_check_[0-9a-f]{12})`)
 

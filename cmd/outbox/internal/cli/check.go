@@ -70,7 +70,7 @@ report then shows what finished). docs/check.md has the details.`,
 	f.IntVar(&cf.cfg.Kills, "kills", check.KillsDefault, "relay processes SIGKILLed (and restarted) during --duration; 0 for none")
 	f.IntVar(&cf.cfg.Cuts, "cuts", check.CutsDefault, "network faults (connection resets, refusals, blackholes) between the relays and the database; 0 for none, and no proxy")
 	f.DurationVar(&cf.cfg.DrainTimeout, "drain-timeout", check.DrainTimeoutDefault, "after --duration, how long to wait for every event to be delivered; what is left counts as lost")
-	f.StringVar(&cf.sinkURL, "sink", "", "publish to this sink instead of the local receiver (any relay --sink URL; default $"+EnvSinkURL+" is not read): delivery is then verified by acknowledgements only")
+	f.StringVar(&cf.sinkURL, "sink", "", "publish to this sink instead of the local receiver (any relay --sink URL; $"+EnvSinkURL+" is not read): delivery is then verified by acknowledgements only")
 	f.StringArrayVar(&cf.relayArgs, "relay-arg", nil, "an argument passed to every relay, such as --relay-arg=--route=check.{event_type} (repeatable)")
 	f.BoolVar(&cf.cfg.Keep, "keep", false, "keep the scratch outbox for inspection instead of dropping it")
 	f.Uint64Var(&cf.cfg.Seed, "seed", 0, "seed of the random choices (fault moments, aggregates), to repeat a run; 0 picks one")
