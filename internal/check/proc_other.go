@@ -1,11 +1,9 @@
-//go:build !linux
+//go:build !unix
 
 package check
 
 import "syscall"
 
-// childAttr puts a relay in a process group of its own, so a Ctrl-C on the
-// terminal reaches only the check, which then stops its relays itself.
-func childAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
-}
+// childAttr has nothing to set where process groups are not a notion: a
+// Ctrl-C may reach the relays too, which then stop gracefully.
+func childAttr() *syscall.SysProcAttr { return nil }
