@@ -125,7 +125,9 @@ func (a *app) runCheck(cmd *cobra.Command, cf *checkFlags) error {
 	cfg.DatabaseURL, cfg.PgBouncer, cfg.Sink, cfg.RelayArgs = raw, a.pgbouncer, cf.sinkURL, cf.relayArgs
 	cfg.Executable, cfg.Env, cfg.Logger = exe, os.Environ(), a.logger
 	rep, err := check.Run(cmd.Context(), cfg)
-	if rep != nil {
+	interrupted := cmd.Context().Err() != nil
+	// A run that failed for another reason has nothing to count.
+	if rep != nil && (err == nil || interrupted) {
 		rep.Database = dburl.Redact(raw)
 		if cf.sinkURL != "" {
 			rep.Sink = describeSink(cf.sinkURL, a.redact)
@@ -137,6 +139,8 @@ func (a *app) runCheck(cmd *cobra.Command, cf *checkFlags) error {
 	switch {
 	case errors.Is(err, check.ErrRelayUsage):
 		return &usageError{err: err}
+	case err != nil && interrupted:
+		return &exitError{code: ExitInterrupted, err: err}
 	case err != nil:
 		return err
 	case rep.Interrupted:
