@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -95,18 +96,25 @@ func TestCheckPassesAndDropsItsScratchSchema(t *testing.T) {
 
 func TestCheckKeepLeavesTheScratchSchema(t *testing.T) {
 	t.Parallel()
-	res := run(t, nil, "--database-url", testutil.DatabaseURL(), "check", "--json", "--log-level", "warn",
+	// The local server trusts every connection: a password in the URL
+	// is ignored by the server, and must never be shown.
+	u, err := url.Parse(testutil.DatabaseURL())
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), "check-secret-pw")
+	res := run(t, nil, "--database-url", u.String(), "check", "--json",
 		"--events", "50", "--duration", "500ms", "--kills", "0", "--cuts", "0", "--relays", "1", "--keep")
 	require.Equal(t, 0, res.code, "stdout:\n%s\nstderr:\n%s", res.stdout, res.stderr)
+	require.NotContains(t, res.stdout+res.stderr, "check-secret-pw")
 	rep := parseCheckReport(t, res)
 	require.True(t, rep.Kept)
+	var s outbox.Stats
 	require.Equal(t, "no faults were asked for", rep.ProxySkipped)
 	t.Cleanup(func() {
 		_, err := testutil.Pool(t).Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{rep.Scratch}.Sanitize()+` CASCADE`)
 		require.NoError(t, err)
 	})
 	require.True(t, schemaExists(t, rep.Scratch))
-	s, err := outbox.NewManager(outbox.Postgres(testutil.Pool(t)), outbox.ManagerConfig{Schema: rep.Scratch}).Stats(context.Background())
+	s, err = outbox.NewManager(outbox.Postgres(testutil.Pool(t)), outbox.ManagerConfig{Schema: rep.Scratch}).Stats(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 50, s.Processed, "the kept outbox holds the run's events")
 }

@@ -128,7 +128,8 @@ func (a *app) runCheck(cmd *cobra.Command, cf *checkFlags) error {
 	interrupted := cmd.Context().Err() != nil
 	// A run that failed for another reason has nothing to count.
 	if rep != nil && (err == nil || interrupted) {
-		rep.Database = dburl.Redact(raw)
+		rep.Database = a.redact.String(redactDatabaseURL(raw))
+		rep.LastExit = a.redact.String(rep.LastExit)
 		if cf.sinkURL != "" {
 			rep.Sink = describeSink(cf.sinkURL, a.redact)
 		}
