@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver/drivertest"
 	"github.com/outboxkit/outbox/internal/testutil"
 )
 
@@ -218,6 +220,18 @@ func TestCheckSQLite(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Empty(t, entries, "the scratch file is removed, and the user's file never created")
+}
+
+func TestCheckMariaDB(t *testing.T) {
+	t.Parallel()
+	admin := mariaDBAdmin(t)
+	cfg, err := mysql.ParseDSN(drivertest.MySQLDSN())
+	require.NoError(t, err)
+	res := run(t, nil, checkArgs([]string{"--database-url", mariaDBURL(t, cfg.DBName)})...)
+	rep := requireSaneCheck(t, res)
+	require.Empty(t, rep.ProxySkipped, "the relays reach MariaDB through the fault proxy")
+	require.Equal(t, 3, rep.Resets+rep.Refusals+rep.Blackholes)
+	require.Empty(t, mariaDBDatabases(t, admin, rep.Scratch), "the scratch database is dropped")
 }
 
 func TestCheckUsage(t *testing.T) {
