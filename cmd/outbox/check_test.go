@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/driver/drivertest"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/pgcluster"
 )
 
 // checkReport is the part of outbox check --json the tests read.
@@ -193,6 +195,36 @@ func TestCheckFailsOnAGhostEvent(t *testing.T) {
 	require.Zero(t, rep.Lost)
 	require.GreaterOrEqual(t, rep.Ghosts, 1)
 	require.False(t, schemaExists(t, schema))
+}
+
+func TestCheckRidesOutADatabaseRestart(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{})
+	p := start(t, nil, "--database-url", c.URL(), "check", "--json",
+		"--events", "2000", "--duration", "6s", "--kills", "2", "--cuts", "1")
+	waitScratch(t, p)
+	testutil.WaitFor(t, 30*time.Second, "writing started", func() bool {
+		return strings.Contains(p.stderr.String(), "writing events")
+	})
+	// The check writes a batch every few milliseconds: the restart fails
+	// some of them, and the relays lose their connections.
+	c.Restart(t)
+	select {
+	case <-p.done:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("check did not finish; stderr:\n%s", p.stderr.String())
+	}
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), "stdout:\n%s\nstderr:\n%s", p.stdout.String(), p.stderr.String())
+	var rep struct {
+		checkReport
+		WriteRetries int `json:"write_retries"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &rep))
+	require.Positive(t, rep.WriteRetries, "the writes failed during the restart and were retried")
+	require.Equal(t, 2000, rep.Written)
+	require.Equal(t, 2000, rep.Delivered)
+	require.Zero(t, rep.Lost)
+	require.Zero(t, rep.Ghosts)
 }
 
 func TestCheckInterruptedReportsAndDrops(t *testing.T) {

@@ -164,9 +164,12 @@ type Report struct {
 	Seed     uint64       `json:"seed"`
 	Elapsed  Duration     `json:"elapsed"`
 
-	Written    int `json:"written"`
-	Aggregates int `json:"aggregates"`
-	Relays     int `json:"relays"`
+	Written int `json:"written"`
+	// WriteRetries counts the check's own writes that failed and were
+	// retried (the database restarted or failed over).
+	WriteRetries int `json:"write_retries"`
+	Aggregates   int `json:"aggregates"`
+	Relays       int `json:"relays"`
 
 	Kills        int    `json:"kills"`
 	Restarts     int    `json:"relay_restarts"`
@@ -388,7 +391,7 @@ func (r *run) relayArgs(slot, gen int) []string {
 
 // write writes cfg.Events events in transactions of writeBatch, spread
 // over the first writeShare of Duration, with a sequence number per
-// aggregate.
+// aggregate and an idempotency key each, so a failed batch can be retried.
 func (r *run) write(ctx context.Context) error {
 	cfg := r.cfg
 	batches := (cfg.Events + writeBatch - 1) / writeBatch
@@ -406,13 +409,11 @@ func (r *run) write(ctx context.Context) error {
 			agg := fmt.Sprintf("agg-%d", a+1)
 			meta[i] = written{aggregate: agg, seq: seqs[a]}
 			msgs[i] = outbox.Message{EventType: "outbox.check", AggregateType: "outbox_check", AggregateID: agg,
-				Payload: payload{Run: r.id, Aggregate: agg, Seq: seqs[a]}}
+				Payload:        payload{Run: r.id, Aggregate: agg, Seq: seqs[a]},
+				IdempotencyKey: fmt.Sprintf("outbox-check-%s-%s-%d", r.id, agg, seqs[a])}
 		}
-		ids, err := r.sc.write(ctx, msgs)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		ids, err := r.writeBatchRetrying(ctx, msgs)
+		if err != nil || ids == nil {
 			return err
 		}
 		r.mu.Lock()

@@ -188,7 +188,11 @@ func (a *app) printCheckReport(rep *check.Report, asJSON bool) error {
 	t.row("  database\t%s\n", rep.Database)
 	t.row("  scratch\t%s\n", scratch)
 	t.row("  sink\t%s\n", sink)
-	t.row("  written\t%d events on %d aggregates\n", rep.Written, rep.Aggregates)
+	written := fmt.Sprintf("%d events on %d aggregates", rep.Written, rep.Aggregates)
+	if rep.WriteRetries > 0 {
+		written += fmt.Sprintf(" (%d failed writes retried)", rep.WriteRetries)
+	}
+	t.row("  written\t%s\n", written)
 	t.row("  relays\t%d processes: %d killed, %d restarted, %d exited on their own\n", rep.Relays, rep.Kills, rep.Restarts, rep.RelayExits)
 	if rep.LastExit != "" {
 		t.row("  last exit\t%s\n", printableLine(rep.LastExit))
