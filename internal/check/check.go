@@ -413,7 +413,10 @@ func (r *run) write(ctx context.Context) error {
 				IdempotencyKey: fmt.Sprintf("outbox-check-%s-%s-%d", r.id, agg, seqs[a])}
 		}
 		ids, err := r.writeBatchRetrying(ctx, msgs)
-		if err != nil || ids == nil {
+		if ctx.Err() != nil {
+			return nil // interrupted, or the run ended early: not a write failure
+		}
+		if err != nil {
 			return err
 		}
 		r.mu.Lock()

@@ -16,8 +16,7 @@ const writeRetryFor = 60 * time.Second
 // succeeds, writeRetryFor passes or ctx ends. Every message carries an
 // idempotency key, so a retry after a commit whose outcome was unknown
 // (the connection broke during COMMIT) skips what did commit; the IDs of
-// those are looked up by their keys. It returns one ID per message; nil
-// and no error when ctx ended.
+// those are looked up by their keys. It returns one ID per message.
 func (r *run) writeBatchRetrying(ctx context.Context, msgs []outbox.Message) ([]int64, error) {
 	deadline := time.Now().Add(writeRetryFor)
 	backoff := 100 * time.Millisecond
@@ -27,7 +26,7 @@ func (r *run) writeBatchRetrying(ctx context.Context, msgs []outbox.Message) ([]
 			return r.lookUpDuplicates(ctx, msgs, ids)
 		}
 		if ctx.Err() != nil {
-			return nil, nil
+			return nil, ctx.Err()
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w (retried for %v)", err, writeRetryFor)
@@ -35,7 +34,7 @@ func (r *run) writeBatchRetrying(ctx context.Context, msgs []outbox.Message) ([]
 		r.count(func(rep *Report) { rep.WriteRetries++ })
 		r.cfg.Logger.Warn("check: writing events failed; retrying", "error", err)
 		if !sleep(ctx, backoff) {
-			return nil, nil
+			return nil, ctx.Err()
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
