@@ -13,7 +13,7 @@ func TestHelpPrintsUsage(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "--help")
 	requireOK(t, res)
-	for _, cmd := range []string{"migrate", "relay", "stats", "events", "purge", "version", "demo", "admin"} {
+	for _, cmd := range []string{"migrate", "relay", "stats", "events", "purge", "version", "demo", "admin", "check"} {
 		require.Contains(t, res.stdout, "\n  "+cmd+" ")
 	}
 	for _, flag := range []string{"--database-url", "--schema", "--log-format", "--log-level"} {

@@ -138,6 +138,7 @@ The password in it never appears in output or logs.`,
 		a.demoCommand(),
 		a.benchCommand(),
 		a.adminCommand(),
+		a.checkCommand(),
 	)
 	registerCompletions(root)
 	return root

@@ -33,8 +33,11 @@ func exitCode(err error) int {
 		usage  *usageError
 		config *outbox.ConfigError
 		runErr *runError
+		coded  *exitError
 	)
 	switch {
+	case errors.As(err, &coded):
+		return coded.code
 	case errors.As(err, &usage), errors.As(err, &config):
 		return ExitUsage
 	case errors.As(err, &runErr):

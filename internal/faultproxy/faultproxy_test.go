@@ -1,7 +1,8 @@
-package tcpproxy_test
+package faultproxy_test
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
+	"github.com/outboxkit/outbox/internal/faultproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,6 +44,15 @@ func echo(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// start starts a proxy to target, closed when t ends.
+func start(t *testing.T, target string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Listen(context.Background(), target)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
 func roundTrip(t *testing.T, c net.Conn) error {
 	t.Helper()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
@@ -54,7 +64,7 @@ func roundTrip(t *testing.T, c net.Conn) error {
 }
 
 func TestProxyCutRefuseAllow(t *testing.T) {
-	p := tcpproxy.Start(t, echo(t))
+	p := start(t, echo(t))
 	c, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
 	defer c.Close()
@@ -78,7 +88,7 @@ func TestProxyCutRefuseAllow(t *testing.T) {
 }
 
 func TestProxyStall(t *testing.T) {
-	p := tcpproxy.Start(t, echo(t))
+	p := start(t, echo(t))
 	c, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
 	defer c.Close()
@@ -99,7 +109,7 @@ func TestProxyStall(t *testing.T) {
 }
 
 func TestProxyBlackholeHeal(t *testing.T) {
-	p := tcpproxy.Start(t, echo(t))
+	p := start(t, echo(t))
 	c, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
 	defer c.Close()
