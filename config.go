@@ -249,6 +249,10 @@ func (c RelayConfig) Validate() error {
 		return bad("BackoffBase", "is %v: use a positive duration", c.BackoffBase)
 	case c.BackoffMax < c.BackoffBase:
 		return bad("BackoffMax", "is %v, less than BackoffBase (%v)", c.BackoffMax, c.BackoffBase)
+	case c.BackoffMax > BackoffMaxLimit:
+		return bad("BackoffMax", "is %v: use at most %v (BackoffMaxLimit)", c.BackoffMax, BackoffMaxLimit)
+	case c.MaxAttempts > MaxAttemptsLimit:
+		return bad("MaxAttempts", "is %d: use at most %d", c.MaxAttempts, MaxAttemptsLimit)
 	case c.RescueInterval <= 0:
 		return bad("RescueInterval", "is %v: use a positive duration", c.RescueInterval)
 	case c.ShutdownTimeout <= 0:

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"strconv"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
@@ -30,8 +32,8 @@ the previous page.`,
 				}
 				p.Status = st
 			}
-			if p.Limit < 1 {
-				return usagef("invalid --limit %d: use a positive number", p.Limit)
+			if p.Limit < 1 || p.Limit > outbox.ListLimitMax {
+				return usagef("invalid --limit %d: use 1 to %d, and page with --before-id", p.Limit, outbox.ListLimitMax)
 			}
 			if p.BeforeID < 0 {
 				return usagef("invalid --before-id %d: use a positive event ID", p.BeforeID)
@@ -74,7 +76,7 @@ the previous page.`,
 	f.StringVar(&p.AggregateID, "aggregate-id", "", "only events of this aggregate ID")
 	f.StringVar(&p.AggregateType, "aggregate-type", "", "only events of this aggregate type")
 	f.Int64Var(&p.BeforeID, "before-id", 0, "only events with a smaller ID (the next page)")
-	f.IntVar(&p.Limit, "limit", outbox.ListLimitDefault, "the most events to list")
+	f.IntVar(&p.Limit, "limit", outbox.ListLimitDefault, "the most events to list (at most "+strconv.Itoa(outbox.ListLimitMax)+")")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
 }
