@@ -117,6 +117,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "no-referrer")
+	if !h.checkHost(w, r) || !h.checkParams(w, r) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

@@ -1,0 +1,76 @@
+package main_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testutil"
+)
+
+// getWithHost fetches u naming host in the Host header.
+func getWithHost(t *testing.T, u, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, u, nil)
+	require.NoError(t, err)
+	req.Host = host
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(body)
+}
+
+// A tokenless dashboard on loopback answers the operator's browser and
+// scripts (localhost, 127.0.0.1, --allowed-hosts) but not a page whose
+// domain was rebound to 127.0.0.1.
+func TestAdminRefusesOtherHostsWithoutToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.writeN(t, 1)
+	_, base := startAdmin(t, testutil.DatabaseURL(), b.schema, nil, "--addr", "127.0.0.1:0", "--allowed-hosts", "outbox.test,ops.test:9999")
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	port := u.Port()
+
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "outbox.test:" + port, "ops.test:9999"} {
+		code, body := getWithHost(t, base+"api/stats", host)
+		require.Equal(t, http.StatusOK, code, "Host %s: %s", host, body)
+	}
+	for _, host := range []string{"rebind.evil.example:" + port, "ops.test:" + port} {
+		code, body := getWithHost(t, base+"api/events", host)
+		require.Equal(t, http.StatusForbidden, code, "Host %s: %s", host, body)
+		require.Contains(t, body, "is not allowed")
+		code, _ = getWithHost(t, base, host)
+		require.Equal(t, http.StatusForbidden, code)
+	}
+	code, body := getWithHost(t, base+"api/events?type=a%00b", "127.0.0.1:"+port)
+	require.Equal(t, http.StatusBadRequest, code, body)
+}
+
+func TestSecurityUsageErrors(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", testutil.DatabaseURL()}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad allowed host", []string{"admin", "--addr", "127.0.0.1:0", "--allowed-hosts", "http://x/"}, "invalid --allowed-hosts: entry \"http://x/\" is not a host name"},
+		{"huge list limit", []string{"events", "list", "--limit", "9223372036854775807"}, "invalid --limit 9223372036854775807: use 1 to 10000, and page with --before-id"},
+		{"list limit past the cap", []string{"events", "list", "--limit", "10001"}, "invalid --limit 10001: use 1 to 10000"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := run(t, nil, append(db, tt.args...)...)
+			requireFail(t, res, 2, tt.want)
+			require.NotContains(t, strings.ToLower(res.stderr), "panic")
+		})
+	}
+}
