@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
 )
 
@@ -73,4 +76,38 @@ func TestSecurityUsageErrors(t *testing.T) {
 			require.NotContains(t, strings.ToLower(res.stderr), "panic")
 		})
 	}
+}
+
+// Stored text printed in a table cannot drive the terminal: escape
+// sequences (retitle, clear the screen), C1 controls and newlines that
+// would split a row are shown escaped; JSON output escapes them itself.
+func TestEventsTextEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.write(t, outbox.Message{EventType: "order\x1b]0;pwned\x07", AggregateType: "order", AggregateID: "A\x1b[2J\x1b[H",
+		Headers: map[string]string{"tenant": "acme\u009b2J"}, Payload: json.RawMessage(`{"note":"\u009b31m"}`)})
+	b.setFailed(t, ids[0], "boom\nID 999 pending fake.row\r\x1b[31m")
+	id := fmt.Sprint(ids[0])
+
+	for _, args := range [][]string{{"events", "list"}, {"events", "show", id}} {
+		res := outboxCmd(t, b.schema, args...)
+		requireOK(t, res)
+		for _, bad := range []string{"\x1b", "\x07", "\r", "\u009b"} {
+			require.NotContains(t, res.stdout, bad, "%v: %q", args, res.stdout)
+		}
+		require.Contains(t, res.stdout, `order\x1b]0;pwned\x07`, args)
+		require.Contains(t, res.stdout, `A\x1b[2J\x1b[H`, args)
+	}
+	res := outboxCmd(t, b.schema, "events", "list")
+	require.Len(t, strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n"), 2, "one header and one row: %q", res.stdout)
+	res = outboxCmd(t, b.schema, "events", "show", id)
+	require.Contains(t, res.stdout, `acme\u009b2J`)
+
+	res = outboxCmd(t, b.schema, "events", "show", "--json", id)
+	requireOK(t, res)
+	var doc struct {
+		EventType string `json:"event_type"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
+	require.Equal(t, "order\x1b]0;pwned\x07", doc.EventType, "JSON keeps the stored text, escaped by JSON")
 }

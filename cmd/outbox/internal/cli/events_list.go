@@ -58,8 +58,8 @@ the previous page.`,
 			tw.row("ID\tSTATUS\tTYPE\tAGGREGATE\tATTEMPTS\tCREATED_AT\tLAST_ERROR\n")
 			for i := range events {
 				e := &events[i]
-				tw.row("%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Status, e.EventType, aggregate(e),
-					e.Attempts, formatTime(e.CreatedAt), truncate(e.LastError, lastErrorWidth))
+				tw.row("%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Status, safeText(e.EventType), safeText(aggregate(e)),
+					e.Attempts, formatTime(e.CreatedAt), safeText(truncate(e.LastError, lastErrorWidth)))
 			}
 			if err := tw.flush(); err != nil {
 				return err
