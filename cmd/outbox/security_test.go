@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +112,55 @@ func TestEventsTextEscapesControlCharacters(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 	require.Equal(t, "order\x1b]0;pwned\x07", doc.EventType, "JSON keeps the stored text, escaped by JSON")
+}
+
+// With --webhook-deny-private a webhook URL that leads to the relay's own
+// network is never reached: each event is dead-lettered at once with the
+// reason; --webhook-allow-network lets a network through.
+func TestRelayWebhookDenyPrivate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := newWebhookServer(t)
+	ids := b.writeN(t, 3)
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--poll-interval", "50ms",
+		"--sink", srv.URL+"/hooks", "--webhook-deny-private")
+	testutil.WaitFor(t, 60*time.Second, "3 events dead-lettered", func() bool {
+		require.False(t, p.exited(), "relay exited early; stderr:\n%s", p.stderr.String())
+		return b.stats(t).Failed == 3
+	})
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	require.Zero(t, srv.count(), "the private endpoint was reached")
+	e := b.event(t, ids[0])
+	require.Equal(t, 1, e.Attempts, "a refused address is not retried")
+	require.Contains(t, e.LastError, "refused: it is a loopback address")
+
+	b2 := setup(t)
+	b2.writeN(t, 2)
+	b2.relayUntilProcessed(t, 2, "", "--sink", srv.URL+"/hooks", "--source", "/cli-test", "--webhook-secret", "whsec_c2VjcmV0LWtleQ==",
+		"--webhook-deny-private", "--webhook-allow-network", "127.0.0.0/8,::1")
+	require.Equal(t, 2, srv.count())
+}
+
+func TestWebhookEgressUsageErrors(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", testutil.DatabaseURL(), "relay"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad network", []string{"--sink", "https://hooks.example.com/", "--webhook-deny-private", "--webhook-allow-network", "10.0.0.1/8"},
+			`invalid --webhook-allow-network: "10.0.0.1/8" has host bits set: write the network, 10.0.0.0/8`},
+		{"not a network", []string{"--sink", "https://hooks.example.com/", "--webhook-deny-private", "--webhook-allow-network", "intranet"},
+			`invalid --webhook-allow-network: "intranet" is not a network`},
+		{"allow without deny", []string{"--sink", "https://hooks.example.com/", "--webhook-allow-network", "10.0.0.0/8"},
+			"invalid --webhook-allow-network: is set without DenyPrivateNetworks"},
+		{"broker sink", []string{"--sink", "nats://127.0.0.1:4222?stream=X", "--webhook-deny-private"},
+			"--webhook-deny-private does not apply to the nats sink"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			requireFail(t, run(t, nil, append(db, tt.args...)...), 2, tt.want)
+		})
+	}
 }
