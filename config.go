@@ -278,6 +278,9 @@ func (c RelayConfig) Validate() error {
 		if p == "" {
 			return bad("EventTypes", "entry %d is empty: use * to match every type", i)
 		}
+		if err := checkText(p, false); err != nil {
+			return bad("EventTypes", "entry %d %v", i, err)
+		}
 	}
 	for i, h := range c.Hooks {
 		if h == nil {

@@ -57,3 +57,19 @@ func checkMessageText(i int, m *Message) error {
 	}
 	return nil
 }
+
+// checkFilterText refuses filter values the database cannot compare with
+// (a NUL byte, invalid UTF-8): they would fail the query with a database
+// error instead of matching nothing. Fields are named as the admin API's
+// query parameters.
+func checkFilterText(eventType, aggregateType, aggregateID, idempotencyKey string) error {
+	for _, f := range []struct{ name, value string }{
+		{"type", eventType}, {"aggregate_type", aggregateType},
+		{"aggregate_id", aggregateID}, {"idempotency_key", idempotencyKey},
+	} {
+		if err := checkText(f.value, false); err != nil {
+			return &ConfigError{Field: f.name, Err: err}
+		}
+	}
+	return nil
+}

@@ -108,3 +108,27 @@ func TestRelayConfigBounds(t *testing.T) {
 	}
 	require.NoError(t, outbox.RelayConfig{Sink: sink, BackoffMax: outbox.BackoffMaxLimit}.WithDefaults().Validate())
 }
+
+func TestFiltersRefuseUnstorableText(t *testing.T) {
+	t.Parallel()
+	b := setupWrite(t)
+	// Once a database error (a 500 on the admin API, a stack of driver
+	// text on the CLI); now a ConfigError naming the filter.
+	for field, f := range map[string]outbox.EventFilter{
+		"type": {EventType: "a\x00"}, "aggregate_type": {AggregateType: "\xff"},
+		"aggregate_id": {AggregateID: "\x00"}, "idempotency_key": {IdempotencyKey: "k\xc3\x28"},
+	} {
+		var ce *outbox.ConfigError
+		_, err := b.mgr.SearchEvents(b.ctx, outbox.SearchParams{EventFilter: f})
+		require.ErrorAs(t, err, &ce, field)
+		require.Equal(t, field, ce.Field)
+		_, err = b.mgr.CountEvents(b.ctx, f)
+		require.ErrorAs(t, err, &ce, field)
+		_, err = b.mgr.ReplayMatching(b.ctx, f, nil)
+		require.ErrorAs(t, err, &ce, field)
+	}
+	_, err := b.mgr.ListEvents(b.ctx, outbox.ListParams{EventType: "order\x00"})
+	var ce *outbox.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "type", ce.Field)
+}

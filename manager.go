@@ -107,6 +107,9 @@ func (m *Manager) ListEvents(ctx context.Context, p ListParams) ([]Event, error)
 			return nil, err
 		}
 	}
+	if err := checkFilterText(p.EventType, p.AggregateType, p.AggregateID, ""); err != nil {
+		return nil, err
+	}
 	if p.Limit < 0 || p.Limit > ListLimitMax {
 		return nil, &ConfigError{Field: "limit", Err: fmt.Errorf("is %d: use 1 to %d, and page with the before ID", p.Limit, ListLimitMax)}
 	}

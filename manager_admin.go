@@ -41,6 +41,9 @@ func (f EventFilter) validate() error {
 			return err
 		}
 	}
+	if err := checkFilterText(f.EventType, f.AggregateType, f.AggregateID, f.IdempotencyKey); err != nil {
+		return err
+	}
 	if f.MinAttempts < 0 {
 		return &ConfigError{Field: "min_attempts", Err: fmt.Errorf("is %d: use 0 or more", f.MinAttempts)}
 	}

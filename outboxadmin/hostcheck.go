@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -22,6 +23,9 @@ const AnyHost = "*"
 // browser is concerned, but its requests carry its own domain as Host:
 // refusing those keeps the page from reading events or acting on them.
 func hostAllowed(host string, allowed []string) bool {
+	if slices.Contains(allowed, AnyHost) {
+		return true
+	}
 	name, port := splitHost(host)
 	if name == "" {
 		return false
@@ -33,9 +37,6 @@ func hostAllowed(host string, allowed []string) bool {
 		return true
 	}
 	for _, a := range allowed {
-		if a == AnyHost {
-			return true
-		}
 		an, ap := splitHost(a)
 		if an == name && (ap == "" || ap == port) {
 			return true

@@ -70,6 +70,8 @@ func TestSecurityUsageErrors(t *testing.T) {
 		{"bad allowed host", []string{"admin", "--addr", "127.0.0.1:0", "--allowed-hosts", "http://x/"}, "invalid --allowed-hosts: entry \"http://x/\" is not a host name"},
 		{"huge list limit", []string{"events", "list", "--limit", "9223372036854775807"}, "invalid --limit 9223372036854775807: use 1 to 10000, and page with --before-id"},
 		{"list limit past the cap", []string{"events", "list", "--limit", "10001"}, "invalid --limit 10001: use 1 to 10000"},
+		{"invalid UTF-8 in list type", []string{"events", "list", "--type", "order\xff"}, `invalid --type "order\xff": it holds a NUL byte or invalid UTF-8`},
+		{"blank replay type", []string{"events", "replay", "--status", "processed", "--type", " "}, "invalid --type: it is blank"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

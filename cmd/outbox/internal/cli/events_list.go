@@ -35,6 +35,9 @@ the previous page.`,
 			if p.Limit < 1 || p.Limit > outbox.ListLimitMax {
 				return usagef("invalid --limit %d: use 1 to %d, and page with --before-id", p.Limit, outbox.ListLimitMax)
 			}
+			if err := checkTextFlags(map[string]string{"type": p.EventType, "aggregate-type": p.AggregateType, "aggregate-id": p.AggregateID}); err != nil {
+				return err
+			}
 			if p.BeforeID < 0 {
 				return usagef("invalid --before-id %d: use a positive event ID", p.BeforeID)
 			}
