@@ -229,8 +229,8 @@ func (c RelayConfig) Validate() error {
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, BatchSizeMax)
 	case c.MaxBatchBytes < 0:
 		return bad("MaxBatchBytes", "is %d: use a positive number of bytes, or 0 for no bound", c.MaxBatchBytes)
-	case c.Workers < 1:
-		return bad("Workers", "is %d: use at least 1", c.Workers)
+	case c.Workers < 1 || c.Workers > WorkersMax:
+		return bad("Workers", "is %d: use 1 to %d", c.Workers, WorkersMax)
 	case c.PollInterval <= 0:
 		return bad("PollInterval", "is %v: use a positive duration", c.PollInterval)
 	case c.Lease < time.Second:

@@ -21,6 +21,9 @@ const (
 	// BackoffMaxLimit bounds RelayConfig.BackoffMax: a retry more than 30
 	// days away is a dead letter in all but name.
 	BackoffMaxLimit = 30 * 24 * time.Hour
+	// WorkersMax bounds RelayConfig.Workers: each is a goroutine holding a
+	// batch, and a database connection while it claims or marks.
+	WorkersMax = 1000
 )
 
 // ErrPayloadTooLarge is wrapped by the *MessageError of a message whose

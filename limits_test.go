@@ -100,6 +100,7 @@ func TestRelayConfigBounds(t *testing.T) {
 		{outbox.RelayConfig{Sink: sink, BackoffMax: time.Duration(math.MaxInt64)}, "BackoffMax"},
 		{outbox.RelayConfig{Sink: sink, BackoffMax: outbox.BackoffMaxLimit + time.Second}, "BackoffMax"},
 		{outbox.RelayConfig{Sink: sink, MaxAttempts: outbox.MaxAttemptsLimit + 1}, "MaxAttempts"},
+		{outbox.RelayConfig{Sink: sink, Workers: 1 << 40}, "Workers"},
 	} {
 		err := c.cfg.WithDefaults().Validate()
 		var ce *outbox.ConfigError

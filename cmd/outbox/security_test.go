@@ -70,6 +70,9 @@ func TestSecurityUsageErrors(t *testing.T) {
 		{"bad allowed host", []string{"admin", "--addr", "127.0.0.1:0", "--allowed-hosts", "http://x/"}, "invalid --allowed-hosts: entry \"http://x/\" is not a host name"},
 		{"huge list limit", []string{"events", "list", "--limit", "9223372036854775807"}, "invalid --limit 9223372036854775807: use 1 to 10000, and page with --before-id"},
 		{"list limit past the cap", []string{"events", "list", "--limit", "10001"}, "invalid --limit 10001: use 1 to 10000"},
+		{"huge bench events", []string{"bench", "--events", "9223372036854775807"}, "invalid --events: is 9223372036854775807: use 1 to 10000000"},
+		{"huge bench payload", []string{"bench", "--payload-size", "1099511627776"}, "invalid --payload-size: is 1099511627776: use at most 16777216 bytes"},
+		{"huge relay workers", []string{"relay", "--sink", "stdout:", "--workers", "100000000"}, "invalid --workers: is 100000000: use 1 to 1000"},
 		{"invalid UTF-8 in list type", []string{"events", "list", "--type", "order\xff"}, `invalid --type "order\xff": it holds a NUL byte or invalid UTF-8`},
 		{"blank replay type", []string{"events", "replay", "--status", "processed", "--type", " "}, "invalid --type: it is blank"},
 	} {
