@@ -229,8 +229,8 @@ func (c RelayConfig) Validate() error {
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, BatchSizeMax)
 	case c.MaxBatchBytes < 0:
 		return bad("MaxBatchBytes", "is %d: use a positive number of bytes, or 0 for no bound", c.MaxBatchBytes)
-	case c.Workers < 1:
-		return bad("Workers", "is %d: use at least 1", c.Workers)
+	case c.Workers < 1 || c.Workers > WorkersMax:
+		return bad("Workers", "is %d: use 1 to %d", c.Workers, WorkersMax)
 	case c.PollInterval <= 0:
 		return bad("PollInterval", "is %v: use a positive duration", c.PollInterval)
 	case c.Lease < time.Second:
@@ -249,6 +249,10 @@ func (c RelayConfig) Validate() error {
 		return bad("BackoffBase", "is %v: use a positive duration", c.BackoffBase)
 	case c.BackoffMax < c.BackoffBase:
 		return bad("BackoffMax", "is %v, less than BackoffBase (%v)", c.BackoffMax, c.BackoffBase)
+	case c.BackoffMax > BackoffMaxLimit:
+		return bad("BackoffMax", "is %v: use at most %v (BackoffMaxLimit)", c.BackoffMax, BackoffMaxLimit)
+	case c.MaxAttempts > MaxAttemptsLimit:
+		return bad("MaxAttempts", "is %d: use at most %d", c.MaxAttempts, MaxAttemptsLimit)
 	case c.RescueInterval <= 0:
 		return bad("RescueInterval", "is %v: use a positive duration", c.RescueInterval)
 	case c.ShutdownTimeout <= 0:
@@ -273,6 +277,9 @@ func (c RelayConfig) Validate() error {
 	for i, p := range c.EventTypes {
 		if p == "" {
 			return bad("EventTypes", "entry %d is empty: use * to match every type", i)
+		}
+		if err := checkText(p, false); err != nil {
+			return bad("EventTypes", "entry %d %v", i, err)
 		}
 	}
 	for i, h := range c.Hooks {

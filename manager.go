@@ -95,7 +95,8 @@ type ListParams struct {
 	// BeforeID pages backwards: only events with a smaller ID. Pass the
 	// last ID of the previous page.
 	BeforeID int64
-	// Limit is the page size. Defaults to ListLimitDefault.
+	// Limit is the page size. Defaults to ListLimitDefault; at most
+	// ListLimitMax.
 	Limit int
 }
 
@@ -105,6 +106,12 @@ func (m *Manager) ListEvents(ctx context.Context, p ListParams) ([]Event, error)
 		if _, err := ParseStatus(string(p.Status)); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkFilterText(p.EventType, p.AggregateType, p.AggregateID, ""); err != nil {
+		return nil, err
+	}
+	if p.Limit < 0 || p.Limit > ListLimitMax {
+		return nil, &ConfigError{Field: "limit", Err: fmt.Errorf("is %d: use 1 to %d, and page with the before ID", p.Limit, ListLimitMax)}
 	}
 	rows, err := m.drv.ListEvents(ctx, driver.ListParams{
 		Status: string(p.Status), EventType: p.EventType, AggregateType: p.AggregateType,

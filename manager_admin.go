@@ -41,6 +41,9 @@ func (f EventFilter) validate() error {
 			return err
 		}
 	}
+	if err := checkFilterText(f.EventType, f.AggregateType, f.AggregateID, f.IdempotencyKey); err != nil {
+		return err
+	}
 	if f.MinAttempts < 0 {
 		return &ConfigError{Field: "min_attempts", Err: fmt.Errorf("is %d: use 0 or more", f.MinAttempts)}
 	}
@@ -160,8 +163,8 @@ func (m *Manager) Discard(ctx context.Context, reason string, ids ...int64) ([]i
 // 0 restores the relay's default. The relay applies it at the event's next
 // failure. It returns the changed event, or an error wrapping ErrNotFound.
 func (m *Manager) SetMaxAttempts(ctx context.Context, id int64, maxAttempts int) (Event, error) {
-	if maxAttempts < 0 || maxAttempts > 1_000_000 {
-		return Event{}, &ConfigError{Field: "max_attempts", Err: fmt.Errorf("is %d: use 1 to 1000000, or 0 for the relay's default", maxAttempts)}
+	if maxAttempts < 0 || maxAttempts > MaxAttemptsLimit {
+		return Event{}, &ConfigError{Field: "max_attempts", Err: fmt.Errorf("is %d: use 1 to %d, or 0 for the relay's default", maxAttempts, MaxAttemptsLimit)}
 	}
 	row, err := m.drv.SetMaxAttempts(ctx, id, maxAttempts)
 	if err != nil {

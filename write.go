@@ -109,6 +109,10 @@ type WriterConfig struct {
 	// default) never notifies. NotifyIntervalDefault is a good value. Only
 	// PostgreSQL has NOTIFY; other dialects ignore it.
 	NotifyInterval time.Duration
+	// MaxPayloadBytes, when positive, refuses a message whose encoded
+	// payload is larger, with a *MessageError wrapping ErrPayloadTooLarge,
+	// before anything is sent. Zero (the default) sets no bound.
+	MaxPayloadBytes int
 }
 
 // NotifyIntervalDefault is a NotifyInterval that keeps commit→publish
@@ -125,6 +129,7 @@ type Writer struct {
 	dialectErr     error              // an unknown dialect, reported by every write
 	fromContext    func(context.Context) map[string]string
 	notifyInterval int64        // nanoseconds; 0 disables
+	maxPayload     int          // bytes; 0 for no bound
 	lastNotify     atomic.Int64 // unix nanoseconds of the last notifying write
 }
 
@@ -132,7 +137,8 @@ type Writer struct {
 // An unknown cfg.Dialect makes every write return a *ConfigError.
 func NewWriter(cfg WriterConfig) *Writer {
 	schema := schemaOrDefault(cfg.Schema)
-	w := &Writer{dialect: cmpOr(cfg.Dialect, DialectDefault), fromContext: cfg.HeadersFromContext}
+	w := &Writer{dialect: cmpOr(cfg.Dialect, DialectDefault), fromContext: cfg.HeadersFromContext,
+		maxPayload: max(cfg.MaxPayloadBytes, 0)}
 	switch w.dialect {
 	case DialectPostgres:
 		w.insert = pgdriver.NewInsert(schema)
@@ -299,11 +305,11 @@ func (w *Writer) prepare(ctx context.Context, msgs []Message) ([]driver.NewEvent
 	events := make([]driver.NewEvent, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		if m.EventType == "" {
-			return nil, &MessageError{Index: i, Field: "EventType", Err: errors.New("is empty: every event needs a type")}
+		if err := checkMessageText(i, m); err != nil {
+			return nil, err
 		}
-		if m.MaxAttempts < 0 {
-			return nil, &MessageError{Index: i, Field: "MaxAttempts", Err: errors.New("is negative: use 0 for the relay default")}
+		if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
+			return nil, &MessageError{Index: i, Field: "MaxAttempts", Err: fmt.Errorf("is %d: use 1 to %d, or 0 for the relay default", m.MaxAttempts, MaxAttemptsLimit)}
 		}
 		if m.Delay < 0 {
 			return nil, &MessageError{Index: i, Field: "Delay", Err: errors.New("is negative")}
@@ -311,6 +317,10 @@ func (w *Writer) prepare(ctx context.Context, msgs []Message) ([]driver.NewEvent
 		payload, err := encodePayload(m.Payload)
 		if err != nil {
 			return nil, &MessageError{Index: i, Field: "Payload", Err: err}
+		}
+		if w.maxPayload > 0 && len(payload) > w.maxPayload {
+			return nil, &MessageError{Index: i, Field: "Payload", Err: fmt.Errorf("%w: %d bytes, more than MaxPayloadBytes (%d): store large data elsewhere and send a reference",
+				ErrPayloadTooLarge, len(payload), w.maxPayload)}
 		}
 		headers, err := encodeHeaders(m, ctxHeaders)
 		if err != nil {

@@ -66,6 +66,16 @@ type Config struct {
 	// QueryTimeout bounds the database work of one request. Defaults to
 	// QueryTimeoutDefault.
 	QueryTimeout time.Duration
+	// AllowedHosts are the host names (with an optional :port) that the
+	// handler answers to, besides localhost, 127.0.0.1 and [::1] with any
+	// port, when neither AuthToken nor BasicAuth is set. A request naming
+	// another host in its Host header is refused with 403, so a web page
+	// whose domain resolves to a loopback address (DNS rebinding) cannot
+	// use the browser to read or change events. Add the names the
+	// dashboard is opened by; AnyHost ("*") turns the check off, for a
+	// handler behind authentication of your own. With AuthToken or
+	// BasicAuth every host is answered.
+	AllowedHosts []string
 	// Principal names who made a request, for the audit log, when your own
 	// middleware authenticates users before the handler. Defaults to the
 	// basic-auth user name, "token" for the bearer token, or "anonymous".
@@ -119,6 +129,9 @@ func (c Config) Validate() error {
 		case c.BasicAuth.Password == "":
 			return &outbox.ConfigError{Field: "BasicAuth.Password", Err: errors.New("is empty: set a password, or leave BasicAuth nil")}
 		}
+	}
+	if err := checkAllowedHosts(c.AllowedHosts); err != nil {
+		return &outbox.ConfigError{Field: "AllowedHosts", Err: err}
 	}
 	if c.AuthToken != "" && (len(c.AuthToken) < 16 || strings.ContainsAny(c.AuthToken, " \t\r\n")) {
 		return &outbox.ConfigError{Field: "AuthToken", Err: errors.New("must be at least 16 characters without spaces: generate one with `openssl rand -hex 32`")}

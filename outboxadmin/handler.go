@@ -11,8 +11,11 @@
 // authenticates requests; every action is a POST with a JSON body and is
 // refused when it comes from another origin (net/http's
 // CrossOriginProtection), and is logged with who made it. Responses carry a
-// strict Content-Security-Policy. The handler knows nothing of the database
-// URL, so no page or answer can show its password.
+// strict Content-Security-Policy. Without AuthToken or BasicAuth the handler
+// answers only requests whose Host is localhost, a loopback address or an
+// entry of Config.AllowedHosts, so a page using DNS rebinding cannot reach
+// it. The handler knows nothing of the database URL, so no page or answer
+// can show its password.
 package outboxadmin
 
 import (
@@ -117,6 +120,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "no-referrer")
+	if !h.checkHost(w, r) || !h.checkParams(w, r) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

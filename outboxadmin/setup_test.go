@@ -122,6 +122,10 @@ func (b *bundle) do(t *testing.T, method, path string, body any, hdr ...string) 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := b.srv.Client().Do(req)

@@ -190,10 +190,18 @@ func (a *Alerter) send(alert *Alert) {
 	}
 }
 
-// fatalError is a response that retrying will not change (a 4xx).
-type fatalError struct{ status int }
+// fatalError is a response that retrying will not change (a 4xx, a
+// redirect).
+type fatalError struct {
+	status   int
+	location string // a redirect's target, scheme and host only
+}
 
 func (e *fatalError) Error() string {
+	if e.status >= 300 && e.status < 400 {
+		return fmt.Sprintf("the webhook answered %d %s to %s: redirects are not followed (they would carry the request's headers elsewhere); set the alert webhook URL to the final URL",
+			e.status, http.StatusText(e.status), e.location)
+	}
 	return fmt.Sprintf("the webhook answered %d %s: check the URL and its credentials", e.status, http.StatusText(e.status))
 }
 
@@ -234,6 +242,11 @@ func (a *Alerter) post(body []byte) error {
 	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests || s >= 500:
 		return fmt.Errorf("the webhook answered %d %s", s, http.StatusText(s))
 	default:
-		return &fatalError{status: s}
+		fe := &fatalError{status: s, location: "an unnamed location"}
+		if loc, err := resp.Location(); err == nil {
+			// The target may hold credentials too: name its host only.
+			fe.location = loc.Scheme + "://" + loc.Host
+		}
+		return fe
 	}
 }

@@ -49,6 +49,9 @@ const (
 	TimeoutDefault = 10 * time.Second
 )
 
+// retryBackoffMax bounds Config.RetryBackoff, which doubles up to 10 times.
+const retryBackoffMax = time.Hour
+
 // maxTypes bounds the event_types of a summary; further types count under
 // OtherTypes.
 const maxTypes = 50
@@ -79,7 +82,11 @@ type Config struct {
 	RetryBackoff time.Duration
 	// Timeout bounds one request. Defaults to TimeoutDefault.
 	Timeout time.Duration
-	// Client sends the requests. Defaults to a client of its own.
+	// Client sends the requests. Defaults to a client of its own. Its
+	// CheckRedirect is replaced (on a copy) so redirects are never
+	// followed: a redirect would carry Header (an API key) to wherever the
+	// webhook points it. A 3xx answer is an error naming its target; set
+	// URL to the final URL.
 	Client *http.Client
 	// Schema names the outbox table's schema in alerts. Defaults to
 	// outbox.SchemaDefault.
@@ -100,9 +107,13 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.RetryBackoff, RetryBackoffDefault)
 	setDefault(&c.Timeout, TimeoutDefault)
 	setDefault(&c.Schema, outbox.SchemaDefault)
-	if c.Client == nil {
-		c.Client = &http.Client{}
+	// A copy, so the caller's client is left as it was.
+	client := http.Client{}
+	if c.Client != nil {
+		client = *c.Client
 	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.Client = &client
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -127,6 +138,9 @@ func (c Config) Validate() error {
 		return bad("MaxEvents", "is %d: use a positive number", c.MaxEvents)
 	case c.RetryBackoff < 0:
 		return bad("RetryBackoff", "is %v: use a positive duration", c.RetryBackoff)
+	case c.RetryBackoff > retryBackoffMax:
+		// It doubles up to 10 times: past this it would overflow.
+		return bad("RetryBackoff", "is %v: use at most %v", c.RetryBackoff, retryBackoffMax)
 	case c.Timeout < 0:
 		return bad("Timeout", "is %v: use a positive duration", c.Timeout)
 	}

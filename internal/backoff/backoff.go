@@ -23,8 +23,16 @@ func Uncapped(attempt int, base, maxDelay time.Duration) time.Duration {
 	if attempt < 0 {
 		attempt = 0
 	}
+	if base <= 0 || maxDelay <= 0 {
+		return max(min(base, maxDelay), 0)
+	}
 	d := base
 	for i := 0; i < attempt && d < maxDelay; i++ {
+		if d > maxDelay/2 {
+			// Doubling would pass the cap, or overflow when the cap is
+			// near the largest Duration: saturate instead.
+			return maxDelay
+		}
 		d *= 2
 	}
 	return min(d, maxDelay)

@@ -145,6 +145,11 @@ const (
 	SchemaPrefixDefault = "outbox_bench_"
 	// PayloadSizeMin is the smallest payload the generator can build.
 	PayloadSizeMin = 16
+	// EventsMax, PayloadSizeMax and WritersMax bound what one run may
+	// allocate: the recorder keeps an acknowledgement per event.
+	EventsMax      = 10_000_000
+	PayloadSizeMax = 16 << 20
+	WritersMax     = 1000
 )
 
 // Config configures the scenarios.
@@ -247,16 +252,18 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	switch {
-	case c.Events < 1:
-		return bad("Events", "is %d: use at least 1", c.Events)
+	case c.Events < 1 || c.Events > EventsMax:
+		return bad("Events", "is %d: use 1 to %d", c.Events, EventsMax)
 	case c.BatchSize < 1 || c.BatchSize > outbox.BatchSizeMax:
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, outbox.BatchSizeMax)
-	case c.Workers < 1:
-		return bad("Workers", "is %d: use at least 1", c.Workers)
-	case c.Writers < 1:
-		return bad("Writers", "is %d: use at least 1", c.Writers)
+	case c.Workers < 1 || c.Workers > outbox.WorkersMax:
+		return bad("Workers", "is %d: use 1 to %d", c.Workers, outbox.WorkersMax)
+	case c.Writers < 1 || c.Writers > WritersMax:
+		return bad("Writers", "is %d: use 1 to %d", c.Writers, WritersMax)
 	case c.PayloadSize < PayloadSizeMin:
 		return bad("PayloadSize", "is %d: use at least %d bytes", c.PayloadSize, PayloadSizeMin)
+	case c.PayloadSize > PayloadSizeMax:
+		return bad("PayloadSize", "is %d: use at most %d bytes", c.PayloadSize, PayloadSizeMax)
 	case c.Duration <= 0:
 		return bad("Duration", "is %v: use a positive duration", c.Duration)
 	case c.Rate < 1:

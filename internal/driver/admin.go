@@ -74,3 +74,12 @@ type Admin interface {
 	// the catalog and statistics, without scanning a table (health.go).
 	TableHealth(ctx context.Context) (TableHealth, error)
 }
+
+// preSizeMax bounds the capacity a result slice is made with before its
+// rows are read: a caller's limit says how many rows may come, not how
+// many will, and a huge limit must not allocate memory up front.
+const preSizeMax = 1024
+
+// PreSize returns the capacity to make a result slice with for a query
+// limited to limit rows; the slice grows past it as rows arrive.
+func PreSize(limit int) int { return min(max(limit, 0), preSizeMax) }

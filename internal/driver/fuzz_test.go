@@ -2,7 +2,9 @@ package driver
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func FuzzDecodeHeaders(f *testing.F) {
@@ -53,4 +55,69 @@ func TestLikePatterns(t *testing.T) {
 			t.Fatalf("LikePatterns[%d] = %q, want %q", i, got[i], want[i])
 		}
 	}
+}
+
+// globMatch is the event-type pattern semantics: * matches any run of
+// characters, everything else itself.
+func globMatch(pattern, s string) bool {
+	star := strings.IndexByte(pattern, '*')
+	if star < 0 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, pattern[:star]) {
+		return false
+	}
+	rest := pattern[star+1:]
+	for i := star; i <= len(s); i++ {
+		if globMatch(rest, s[i:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// likeMatch is SQL LIKE with backslash as the escape character, over
+// runes as PostgreSQL and MySQL match them.
+func likeMatch(pattern, s []rune) bool {
+	if len(pattern) == 0 {
+		return len(s) == 0
+	}
+	switch pattern[0] {
+	case '%':
+		for i := 0; i <= len(s); i++ {
+			if likeMatch(pattern[1:], s[i:]) {
+				return true
+			}
+		}
+		return false
+	case '_':
+		return len(s) > 0 && likeMatch(pattern[1:], s[1:])
+	case '\\':
+		if len(pattern) < 2 {
+			return false
+		}
+		pattern = pattern[1:]
+	}
+	return len(s) > 0 && s[0] == pattern[0] && likeMatch(pattern[1:], s[1:])
+}
+
+// FuzzLikePatterns checks that the LIKE pattern of an event-type pattern
+// matches exactly what the pattern means: %, _ and \ in a type match only
+// themselves.
+func FuzzLikePatterns(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"order.*", "order.created"}, {"a%b", "axxb"}, {"a_b", "acb"}, {`a\b`, `a\b`}, {"*", ""},
+		{"**x", "yx"}, {"é*", "éa"}, {`\*`, `\anything`}, {"100%", "100%"}, {"order.*", "orders"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, s string) {
+		if len(pattern) > 64 || len(s) > 64 || strings.Count(pattern, "*") > 4 || !utf8.ValidString(pattern) || !utf8.ValidString(s) {
+			return // the matchers are exponential; types are short text
+		}
+		like := LikePatterns([]string{pattern})[0]
+		if got, want := likeMatch([]rune(like), []rune(s)), globMatch(pattern, s); got != want {
+			t.Fatalf("pattern %q as LIKE %q matches %q: %t, want %t", pattern, like, s, got, want)
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -65,6 +66,21 @@ type Config struct {
 	Headers map[string]string
 	// UserAgent is the User-Agent header. Defaults to UserAgentDefault.
 	UserAgent string
+	// DenyPrivateNetworks refuses to connect to private (RFC 1918, IPv6
+	// unique local), loopback, link-local, carrier-grade NAT, multicast
+	// and cloud metadata (169.254.169.254, fd00:ec2::254) addresses, for
+	// platforms where webhook URLs come from tenants. The address is
+	// checked when each connection is dialed, after the name is resolved,
+	// so a name that resolves elsewhere at dial time (DNS rebinding) is
+	// caught too; redirects are never followed. A refused connection is a
+	// permanent error: the event is dead-lettered with the reason. The
+	// default client then ignores HTTP_PROXY and HTTPS_PROXY (a proxy
+	// would connect on the sink's behalf, past the check). It takes no
+	// Client: guard your Client's dialer yourself instead.
+	DenyPrivateNetworks bool
+	// AllowNetworks are networks reached even with DenyPrivateNetworks,
+	// such as an internal receiver's 10.1.2.0/24.
+	AllowNetworks []netip.Prefix
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -111,6 +127,10 @@ func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
 		return nil, nil, bad("URL", "%s has a #fragment, which is never sent: remove it", redactURL(u))
 	case c.TLS != nil && c.Client != nil:
 		return nil, nil, bad("TLS", "is set along with Client: configure TLS in the Client's transport, or drop Client")
+	case c.DenyPrivateNetworks && c.Client != nil:
+		return nil, nil, bad("DenyPrivateNetworks", "is set along with Client: guard the Client's own dialer, or drop Client")
+	case len(c.AllowNetworks) > 0 && !c.DenyPrivateNetworks:
+		return nil, nil, bad("AllowNetworks", "is set without DenyPrivateNetworks, which it makes exceptions to: set both, or drop AllowNetworks")
 	case c.TLS != nil && u.Scheme != "https":
 		return nil, nil, bad("TLS", "is set but %s is plain HTTP: use an https:// URL, or drop TLS", redactURL(u))
 	}
@@ -252,6 +272,9 @@ func (c Config) String() string {
 	if c.UserAgent != "" {
 		fmt.Fprintf(&b, ", UserAgent: %q", c.UserAgent)
 	}
+	if c.DenyPrivateNetworks {
+		fmt.Fprintf(&b, ", DenyPrivateNetworks: true, AllowNetworks: %v", c.AllowNetworks)
+	}
 	b.WriteString("}")
 	return b.String()
 }
@@ -279,6 +302,9 @@ func (c Config) LogValue() slog.Value {
 	}
 	if len(c.Headers) > 0 {
 		attrs = append(attrs, slog.Any("headers", slices.Sorted(maps.Keys(c.Headers))))
+	}
+	if c.DenyPrivateNetworks {
+		attrs = append(attrs, slog.Bool("deny_private_networks", true), slog.Any("allow_networks", c.AllowNetworks))
 	}
 	return slog.GroupValue(attrs...)
 }

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/egress"
 	"github.com/outboxkit/outbox/internal/sinkurl"
 )
 
@@ -113,6 +114,9 @@ func (s *Sink) transportError(ctx context.Context, e *outbox.Event, err error) e
 		return fmt.Errorf("%s: no answer within %v: %w; raise the webhook timeout if the endpoint is slow", prefix, s.cfg.Timeout, err)
 	case errors.As(err, new(*tls.CertificateVerificationError)):
 		return fmt.Errorf("%s: %w; trust the CA that signed the endpoint's certificate with Config.TLS.RootCAs (outbox relay --webhook-ca)", prefix, err)
+	case errors.Is(err, egress.ErrDenied):
+		// Retrying reaches the same address: dead-letter with the reason.
+		return outbox.Permanent(fmt.Errorf("%s: %w; the sink denies private networks (Config.DenyPrivateNetworks): if the endpoint is meant to be internal, allow its network with Config.AllowNetworks (outbox relay --webhook-allow-network)", prefix, err))
 	case tlsRefused(err):
 		return fmt.Errorf("%s: %w; the endpoint ended the TLS handshake: if it requires a client certificate, set one signed by a CA it trusts in Config.TLS.Certificates (outbox relay --webhook-cert and --webhook-key)", prefix, err)
 	}

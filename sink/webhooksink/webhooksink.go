@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/egress"
 )
 
 // Sink POSTs events to a webhook endpoint. It is safe for concurrent use.
@@ -99,6 +101,14 @@ func newClient(cfg Config) *http.Client {
 		t.MaxIdleConnsPerHost = cfg.Concurrency
 		if cfg.TLS != nil {
 			t.TLSClientConfig = cfg.TLS.Clone()
+		}
+		if cfg.DenyPrivateNetworks {
+			// The same dialer settings as the default transport's, with
+			// every dialed address checked; no proxy, which would dial on
+			// the sink's behalf.
+			d := egress.Policy{DenyPrivate: true, Allow: cfg.AllowNetworks}.Guard(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+			t.DialContext = d.DialContext
+			t.Proxy = nil
 		}
 		c.Transport = t
 	}

@@ -187,7 +187,7 @@ func collectClaimed(rows pgx.Rows, p driver.ClaimParams) ([]driver.Event, error)
 // collectEvents scans rows in eventColumns order.
 func collectEvents(rows pgx.Rows, capacity int) ([]driver.Event, error) {
 	defer rows.Close()
-	events := make([]driver.Event, 0, capacity)
+	events := make([]driver.Event, 0, driver.PreSize(capacity))
 	var (
 		headers     []byte
 		lockedUntil pgtype.Timestamptz // value types: no allocation per row

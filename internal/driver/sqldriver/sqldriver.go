@@ -420,7 +420,7 @@ func queryEventsWith(ctx context.Context, q Querier, capacity int, extra any, qu
 	if extra != nil {
 		more = []any{extra}
 	}
-	events := make([]driver.Event, 0, capacity)
+	events := make([]driver.Event, 0, driver.PreSize(capacity))
 	for rows.Next() {
 		e, err := scanEvent(rows, more...)
 		if err != nil {

@@ -26,6 +26,14 @@ const (
 // adminAddrDefault keeps the dashboard on the local machine unless told.
 const adminAddrDefault = "127.0.0.1:8080"
 
+// Timeouts of the admin server: a client that sends its request slowly or
+// keeps an idle connection open does not hold a connection for ever.
+const (
+	adminReadHeaderTimeout = 10 * time.Second
+	adminReadTimeout       = 30 * time.Second
+	adminIdleTimeout       = 2 * time.Minute
+)
+
 // adminShutdownTimeout bounds how long requests in flight may finish after
 // SIGTERM.
 const adminShutdownTimeout = 10 * time.Second
@@ -33,7 +41,7 @@ const adminShutdownTimeout = 10 * time.Second
 // adminFlagNames maps outboxadmin.Config fields to their flags.
 var adminFlagNames = map[string]string{
 	"AuthToken": "--admin-token", "BasicAuth.User": "--admin-user", "BasicAuth.Password": "--admin-password",
-	"BasePath": "--base-path", "SampleInterval": "--sample-interval",
+	"BasePath": "--base-path", "SampleInterval": "--sample-interval", "AllowedHosts": "--allowed-hosts",
 }
 
 func (a *app) adminCommand() *cobra.Command {
@@ -54,6 +62,9 @@ It listens on 127.0.0.1 unless --addr names another address; then it refuses
 to start without authentication: a bearer token (--admin-token or
 $` + EnvAdminToken + `) or a basic-auth user and password (--admin-user and
 --admin-password, or $` + EnvAdminUser + ` and $` + EnvAdminPassword + `).
+Without authentication it answers only requests for localhost, 127.0.0.1,
+[::1], the --addr host and --allowed-hosts, so a web page whose domain
+resolves to 127.0.0.1 (DNS rebinding) cannot reach it through the browser.
 Serve it over TLS (a reverse proxy) when it leaves the machine. Every action
 is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 		Example: "  outbox admin\n  OUTBOX_ADMIN_TOKEN=$(openssl rand -hex 32) outbox admin --addr :8080",
@@ -72,6 +83,10 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 			}
 			if err := checkAdminAddr(addr, cfg.AuthToken != "" || cfg.BasicAuth != nil); err != nil {
 				return err
+			}
+			// The address the dashboard listens on names it too.
+			if host, _, _ := net.SplitHostPort(addr); host != "" {
+				cfg.AllowedHosts = append(cfg.AllowedHosts, host)
 			}
 			// Check the flags before connecting; the Manager comes later.
 			check := cfg
@@ -102,6 +117,7 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 	f.StringVar(&user, "admin-user", "", "basic-auth user name (default $"+EnvAdminUser+")")
 	f.StringVar(&pass, "admin-password", "", "basic-auth password (default $"+EnvAdminPassword+")")
 	f.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every action: view only")
+	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without authentication, host names (host or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --addr; others get 403 (DNS rebinding)")
 	f.StringVar(&cfg.BasePath, "base-path", outboxadmin.BasePathDefault, "path prefix to serve under, such as /outbox behind a proxy")
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", outboxadmin.SampleIntervalDefault, "how often the charts get a point")
 	return cmd
@@ -153,6 +169,20 @@ func adminConfigError(err error) error {
 	return err
 }
 
+// newAdminServer returns the admin's HTTP server. There is no write
+// timeout: a bulk retry or replay may run for minutes, bounded per batch by
+// the database and cancelled when the client goes away.
+func newAdminServer(ctx context.Context, h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       adminReadTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+}
+
 // serveAdmin serves h on addr until ctx ends, then lets requests in flight
 // finish.
 func (a *app) serveAdmin(ctx context.Context, addr string, h *outboxadmin.Handler, basePath string) error {
@@ -161,12 +191,7 @@ func (a *app) serveAdmin(ctx context.Context, addr string, h *outboxadmin.Handle
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
+	srv := newAdminServer(ctx, h, a.logger)
 	if err := h.Start(ctx); err != nil {
 		_ = ln.Close()
 		return err

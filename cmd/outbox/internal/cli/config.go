@@ -66,6 +66,8 @@ var fileKeys = []fileKey{
 	{"sink", "webhook_cert", "webhook-cert", kindString},
 	{"sink", "webhook_key", "webhook-key", kindString},
 	{"sink", "concurrency", "sink-concurrency", kindPositive},
+	{"sink", "webhook_deny_private", "webhook-deny-private", kindBool},
+	{"sink", "webhook_allow_networks", "webhook-allow-network", kindList},
 
 	{"routing", "default", "route", kindTemplate},
 	{"routing", "rules", "route-rule", kindRules},

@@ -35,6 +35,8 @@ sink:
   webhook_cert: /etc/outbox/client.pem
   webhook_key: ${KEY_DIR}/client-key.pem
   concurrency: 4
+  webhook_deny_private: true
+  webhook_allow_networks: [10.1.0.0/16, 192.168.7.7]
 routing:
   default: "app.{event_type}"
   rules:
@@ -101,13 +103,15 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "archive", get("retention").str)
 	require.True(t, get("listen").flag)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:26)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:28)", get("lease").origin())
 	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")
 	require.Equal(t, 30*24*time.Hour, get("purge-failed-after").dur)
 	require.Equal(t, 30*time.Minute, get("purge-interval").dur)
 	require.Equal(t, time.Hour, get("dead-letter-retry").dur)
 	require.Equal(t, 2, get("dead-letter-retries").num)
 	require.Equal(t, 20*time.Second, get("schedule-lease").dur)
+	require.True(t, get("webhook-deny-private").flag)
+	require.Equal(t, []string{"10.1.0.0/16", "192.168.7.7"}, get("webhook-allow-network").list)
 }
 
 func TestParseConfigFileEmpty(t *testing.T) {

@@ -42,6 +42,9 @@ func (ff *filterFlags) given(cmd *cobra.Command) bool {
 func (ff *filterFlags) filter(status outbox.Status) (outbox.EventFilter, error) {
 	f := ff.f
 	f.Status = status
+	if err := checkTextFlags(map[string]string{"type": f.EventType, "aggregate-type": f.AggregateType, "aggregate-id": f.AggregateID}); err != nil {
+		return f, err
+	}
 	var err error
 	if f.CreatedAfter, err = parseTimeFlag("created-after", ff.createdAfter); err != nil {
 		return f, err

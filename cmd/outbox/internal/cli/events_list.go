@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"strconv"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
@@ -30,8 +32,11 @@ the previous page.`,
 				}
 				p.Status = st
 			}
-			if p.Limit < 1 {
-				return usagef("invalid --limit %d: use a positive number", p.Limit)
+			if p.Limit < 1 || p.Limit > outbox.ListLimitMax {
+				return usagef("invalid --limit %d: use 1 to %d, and page with --before-id", p.Limit, outbox.ListLimitMax)
+			}
+			if err := checkTextFlags(map[string]string{"type": p.EventType, "aggregate-type": p.AggregateType, "aggregate-id": p.AggregateID}); err != nil {
+				return err
 			}
 			if p.BeforeID < 0 {
 				return usagef("invalid --before-id %d: use a positive event ID", p.BeforeID)
@@ -56,8 +61,8 @@ the previous page.`,
 			tw.row("ID\tSTATUS\tTYPE\tAGGREGATE\tATTEMPTS\tCREATED_AT\tLAST_ERROR\n")
 			for i := range events {
 				e := &events[i]
-				tw.row("%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Status, e.EventType, aggregate(e),
-					e.Attempts, formatTime(e.CreatedAt), truncate(e.LastError, lastErrorWidth))
+				tw.row("%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Status, safeText(e.EventType), safeText(aggregate(e)),
+					e.Attempts, formatTime(e.CreatedAt), safeText(truncate(e.LastError, lastErrorWidth)))
 			}
 			if err := tw.flush(); err != nil {
 				return err
@@ -74,7 +79,7 @@ the previous page.`,
 	f.StringVar(&p.AggregateID, "aggregate-id", "", "only events of this aggregate ID")
 	f.StringVar(&p.AggregateType, "aggregate-type", "", "only events of this aggregate type")
 	f.Int64Var(&p.BeforeID, "before-id", 0, "only events with a smaller ID (the next page)")
-	f.IntVar(&p.Limit, "limit", outbox.ListLimitDefault, "the most events to list")
+	f.IntVar(&p.Limit, "limit", outbox.ListLimitDefault, "the most events to list (at most "+strconv.Itoa(outbox.ListLimitMax)+")")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
 }

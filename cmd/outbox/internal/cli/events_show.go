@@ -51,7 +51,7 @@ func (a *app) eventsShowCommand() *cobra.Command {
 
 func (a *app) writeEvent(e *outbox.Event) error {
 	tw := newTable(a.stdout, 1)
-	field := func(name string, value any) { tw.row("%s:\t%v\n", name, value) }
+	field := func(name string, value any) { tw.row("%s:\t%s\n", name, safeText(fmt.Sprint(value))) }
 	orDash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -92,8 +92,10 @@ func (a *app) writeEvent(e *outbox.Event) error {
 	if err != nil {
 		return err
 	}
-	a.stdout.printf("headers:\n  %s\n", h)
-	a.stdout.printf("payload:\n  %s\n", prettyJSON(e.Payload, "  "))
+	// JSON escapes C0 controls but not DEL or C1 controls (U+009B, a CSI),
+	// and a payload that is not JSON is shown as stored.
+	a.stdout.printf("headers:\n  %s\n", safeBlock(string(h)))
+	a.stdout.printf("payload:\n  %s\n", safeBlock(prettyJSON(e.Payload, "  ")))
 	return nil
 }
 

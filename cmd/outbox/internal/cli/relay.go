@@ -124,6 +124,8 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.so.WebhookCert, "webhook-cert", "", "https webhook: PEM client certificate to present, for endpoints that require one (with --webhook-key)")
 	f.StringVar(&rf.so.WebhookKey, "webhook-key", "", "https webhook: PEM private key of --webhook-cert")
 	f.IntVar(&rf.so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
+	f.BoolVar(&rf.so.WebhookDenyPrivate, "webhook-deny-private", false, "webhook: refuse to connect to private, loopback, link-local, CGNAT and cloud metadata addresses, checked on each dialed address (for tenant-supplied URLs); such events are dead-lettered")
+	f.StringSliceVar(&rf.so.WebhookAllowNetworks, "webhook-allow-network", nil, "webhook: with --webhook-deny-private, a network (CIDR or address) reached even so, such as 10.1.2.0/24; repeatable")
 	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
 	addScheduleFlags(f, &rf.cfg)
 	rf.obs.addFlags(f)
@@ -364,7 +366,8 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		"purge-after": &rf.cfg.PurgeAfter, "purge-failed-after": &rf.cfg.PurgeFailedAfter, "purge-interval": &rf.cfg.PurgeInterval,
 		"dead-letter-retry": &rf.cfg.DeadLetterRetry, "schedule-lease": &rf.cfg.ScheduleLease,
 	}
-	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer}
+	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer,
+		"webhook-deny-private": &rf.so.WebhookDenyPrivate}
 	for flag, dst := range strs {
 		if v, ok := m.fromFile(flag); ok {
 			*dst = v.str
@@ -390,6 +393,9 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	if v, ok := m.fromFile("route-rule"); ok {
 		rf.fileRules = v.rules
+	}
+	if v, ok := m.fromFile("webhook-allow-network"); ok {
+		rf.so.WebhookAllowNetworks = v.list
 	}
 	for i, p := range rf.eventTypes {
 		rf.eventTypes[i] = strings.TrimSpace(p)
@@ -442,7 +448,7 @@ func (m *merger) sinkOptionsGiven() map[sinkOption]string {
 	for opt, flags := range map[sinkOption][]string{
 		optSource:     {"source"},
 		optRoute:      {"route", "route-rule"},
-		optWebhook:    {"webhook-secret", "sink-concurrency"},
+		optWebhook:    {"webhook-secret", "sink-concurrency", "webhook-deny-private", "webhook-allow-network"},
 		optWebhookTLS: {"webhook-ca", "webhook-cert", "webhook-key"},
 	} {
 		for _, f := range flags {

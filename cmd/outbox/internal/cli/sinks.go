@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/egress"
 	"github.com/outboxkit/outbox/internal/sinkurl"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/amqpsink"
@@ -33,7 +35,7 @@ type sinkOption string
 const (
 	optSource     sinkOption = "source"      // --source: the CloudEvents source attribute
 	optRoute      sinkOption = "route"       // --route, --route-rule: the destination of each event
-	optWebhook    sinkOption = "webhook"     // --webhook-secret, --sink-concurrency
+	optWebhook    sinkOption = "webhook"     // --webhook-secret, --sink-concurrency, --webhook-deny-private, --webhook-allow-network
 	optWebhookTLS sinkOption = "webhook-tls" // --webhook-ca, --webhook-cert, --webhook-key
 )
 
@@ -49,6 +51,11 @@ type sinkOptions struct {
 	// WebhookCA, WebhookCert and WebhookKey are PEM files: a private CA
 	// to trust and a client certificate with its key, for https webhooks.
 	WebhookCA, WebhookCert, WebhookKey string
+	// WebhookDenyPrivate and WebhookAllowNetworks are the webhook's
+	// egress guard (webhooksink.Config.DenyPrivateNetworks and
+	// AllowNetworks); the networks are CIDRs or single addresses.
+	WebhookDenyPrivate   bool
+	WebhookAllowNetworks []string
 	// given names how the operator set each sinkOption (a flag, or a
 	// config file key and line), so that a sink that does not take it is
 	// refused instead of ignoring it.
@@ -249,13 +256,23 @@ func openWebhookSink(_ context.Context, raw string, o sinkOptions) (outbox.Sink,
 	if err != nil {
 		return nil, err
 	}
+	var allow []netip.Prefix
+	for _, s := range o.WebhookAllowNetworks {
+		p, err := egress.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, usagef("invalid %s: %v", o.flagName("webhook-allow-network"), err)
+		}
+		allow = append(allow, p)
+	}
 	sink, err := webhooksink.New(webhooksink.Config{
-		URL:         raw,
-		Secret:      o.WebhookSecret,
-		Source:      o.Source,
-		Timeout:     o.Timeout,
-		Concurrency: o.Concurrency,
-		TLS:         tlsCfg,
+		URL:                 raw,
+		Secret:              o.WebhookSecret,
+		Source:              o.Source,
+		Timeout:             o.Timeout,
+		Concurrency:         o.Concurrency,
+		TLS:                 tlsCfg,
+		DenyPrivateNetworks: o.WebhookDenyPrivate,
+		AllowNetworks:       allow,
 	})
 	if err != nil {
 		return nil, sinkConfigError(err)
@@ -291,6 +308,7 @@ func (o sinkOptions) webhookTLS() (*tls.Config, error) {
 var sinkFlagNames = map[string]string{
 	"URL": "--sink", "Servers": "--sink", "Brokers": "--sink", "Secret": "--webhook-secret", "Source": "--source",
 	"Concurrency": "--sink-concurrency", "Timeout": "--sink-timeout",
+	"DenyPrivateNetworks": "--webhook-deny-private", "AllowNetworks": "--webhook-allow-network",
 }
 
 // sinkConfigError names the flag behind an invalid sink setting; every

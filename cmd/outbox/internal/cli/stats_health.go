@@ -38,7 +38,7 @@ func healthRows(tw *table, h outbox.TableHealth) {
 			parts = append(parts, bytesize(*t.FreeBytes)+" free")
 		}
 		if len(parts) > 0 {
-			tw.row("%s\t%s\n", t.Table, strings.Join(parts, ", "))
+			tw.row("%s\t%s\n", safeText(t.Table), strings.Join(parts, ", "))
 		}
 		if v := t.Vacuum; v != nil {
 			tw.row("  last vacuum\t%s, auto %s\n", when(v.LastVacuum), when(v.LastAutovacuum))
@@ -91,7 +91,7 @@ func horizonLine(hz *outbox.VacuumHorizon) string {
 		fmt.Fprintf(&b, " %q", w.Name)
 	}
 	if w.User != "" {
-		b.WriteString(" user " + w.User)
+		b.WriteString(" user " + safeText(w.User))
 	}
 	if w.Client != "" {
 		b.WriteString(" from " + w.Client)
