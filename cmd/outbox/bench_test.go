@@ -130,7 +130,7 @@ func TestBenchInterruptDropsSchema(t *testing.T) {
 	prefix := benchPrefix(t)
 	// Far more events than the test waits for: the pre-fill is still
 	// running when the signal comes.
-	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--events", "20000000",
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--events", "10000000",
 		"--schema-prefix", prefix, "drain")
 	testutil.WaitFor(t, 30*time.Second, "the scratch schema", func() bool {
 		for _, s := range schemasWithPrefix(t, prefix) {
@@ -369,7 +369,7 @@ func TestBenchInterruptRemovesScratch(t *testing.T) {
 			t.Cleanup(func() { cleanupMariaDB(t, kind, prefix) })
 			// Far more events than the test waits for: the pre-fill is
 			// still running when the signal comes.
-			p := start(t, nil, "--database-url", db.url, "bench", "--events", "20000000",
+			p := start(t, nil, "--database-url", db.url, "bench", "--events", "10000000",
 				"--schema-prefix", prefix, "drain")
 			testutil.WaitFor(t, 30*time.Second, "the pre-fill", func() bool {
 				switch kind {
