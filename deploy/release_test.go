@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// goarch is the architecture the release build targets: this machine's.
+func goarch() string { return runtime.GOARCH }
+
 // testVersion is the version the tests stamp into the release build.
 const testVersion = "v0.0.0-deploytest"
 
