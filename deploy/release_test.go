@@ -38,7 +38,7 @@ func releaseBuild(t *testing.T) string {
 		}
 		cleanups = append(cleanups, func() { _ = os.RemoveAll(release.dir) })
 		// No test context here: the build outlives the test that starts it.
-		cmd := exec.Command("../scripts/release", testVersion) //nolint:noctx // shared by several tests
+		cmd := exec.Command("../scripts/release", testVersion)
 		cmd.Env = append(os.Environ(), "OUTBOX_RELEASE_TARGETS=linux/"+runtime.GOARCH, "OUTBOX_RELEASE_DIR="+release.dir)
 		out, err := cmd.CombinedOutput()
 		release.out, release.err = string(out), err

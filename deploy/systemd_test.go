@@ -93,9 +93,9 @@ func TestSystemdUnit(t *testing.T) {
 	require.True(t, ok, "ExecStart must set --shutdown-timeout, which TimeoutStopSec is sized from")
 	shutdownTimeout, err := time.ParseDuration(shutdown)
 	require.NoError(t, err)
-	stopSec, err := time.ParseDuration(u.get("Service", "TimeoutStopSec"))
+	stopTimeout, err := time.ParseDuration(u.get("Service", "TimeoutStopSec"))
 	require.NoError(t, err, "TimeoutStopSec")
-	require.GreaterOrEqual(t, stopSec, shutdownTimeout+outbox.StopGrace+observersStopBound+5*time.Second,
+	require.GreaterOrEqual(t, stopTimeout, shutdownTimeout+outbox.StopGrace+observersStopBound+5*time.Second,
 		"TimeoutStopSec must cover --shutdown-timeout, StopGrace, the observers' stop and a margin")
 	require.Equal(t, "SIGTERM", u.get("Service", "KillSignal"))
 	require.Equal(t, "2", u.get("Service", "RestartPreventExitStatus"), "a usage error (exit 2) is not restarted")
