@@ -44,3 +44,12 @@ func TestReadinessNamesEveryCheck(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	require.Equal(t, "not ready\nrelay: ok\nsink: circuit open: broker at "+redactMask+"@host refused\n", rec.Body.String())
 }
+
+func TestRelayStateCheck(t *testing.T) {
+	t.Parallel()
+	ctx, stop := context.WithCancel(context.Background())
+	s := &relayState{stopping: ctx}
+	require.EqualError(t, s.check(ctx), "starting", "no relay yet")
+	stop()
+	require.EqualError(t, s.check(ctx), "stopping", "a signal arrived")
+}
