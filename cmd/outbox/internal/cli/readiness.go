@@ -58,7 +58,9 @@ func (r *readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	var body strings.Builder
 	ready := true
 	for _, c := range checks {
-		ctx, cancel := context.WithTimeout(req.Context(), readyCheckTimeout)
+		// Not cut short by a prober that hangs up: a cached check's answer
+		// is shared with the next probes.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), readyCheckTimeout)
 		err := c.check(ctx)
 		cancel()
 		if err != nil {
