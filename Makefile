@@ -3,10 +3,10 @@
 export PATH := $(PATH):/usr/local/go/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help test lint bench demo build
+.PHONY: help test lint bench demo build release image
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-6s %s\n", $$1, $$2}'
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-7s %s\n", $$1, $$2}'
 
 test: ## the whole suite as CI runs it: services, lint, go test -race (benchmarks once) ./...
 	./scripts/test
@@ -22,3 +22,9 @@ demo: ## migrate, write, relay to stdout and show counts
 
 build: ## the outbox command, to bin/outbox
 	go build -o bin/outbox ./cmd/outbox
+
+release: ## cross-compile the CLI into dist/ with SHA256SUMS and module lists (VERSION=v1.2.3; docs/deploy.md)
+	./scripts/release $(VERSION)
+
+image: ## build the container image outbox:dev with buildah (scripts/image; docs/deploy.md)
+	./scripts/image

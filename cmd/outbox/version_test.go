@@ -19,3 +19,18 @@ func TestVersion(t *testing.T) {
 	latest := ms[len(ms)-1]
 	require.Contains(t, res.stdout, fmt.Sprintf("schema version %d (%03d_%s)\n", latest.Version, latest.Version, latest.Name))
 }
+
+func TestVersionFlag(t *testing.T) {
+	t.Parallel()
+	want := run(t, nil, "version")
+	requireOK(t, want)
+	res := run(t, nil, "--version")
+	requireOK(t, res)
+	require.Equal(t, want.stdout, res.stdout)
+	// A global flag before it changes nothing; after a command it is that
+	// command's unknown flag, a usage error.
+	res = run(t, nil, "--log-level", "debug", "--version")
+	requireOK(t, res)
+	require.Equal(t, want.stdout, res.stdout)
+	requireFail(t, run(t, nil, "relay", "--version"), 2, "unknown flag: --version")
+}

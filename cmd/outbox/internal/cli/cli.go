@@ -93,6 +93,7 @@ type app struct {
 	pgbouncer       bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
 	logFormat       string
 	logLevel        string
+	showVersion     bool // --version: print what outbox version prints
 
 	logger *slog.Logger
 }
@@ -108,10 +109,16 @@ webhook, a broker).
 
 Every command takes the database from --database-url or $` + EnvDatabaseURL + `.
 The password in it never appears in output or logs.`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		Args:              groupArgs,
-		RunE:              groupRun,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          groupArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.showVersion {
+				a.printVersion()
+				return nil
+			}
+			return groupRun(cmd, args)
+		},
 		PersistentPreRunE: a.setup,
 	}
 	root.SetHelpCommand(helpCommand())
@@ -127,6 +134,7 @@ The password in it never appears in output or logs.`,
 	f.BoolVar(&a.pgbouncer, "pgbouncer", false, "PostgreSQL is reached through PgBouncer in transaction mode: no prepared statements, no startup parameters but application_name, no LISTEN (the relay polls)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json (or $"+EnvLogFormat+")")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error (or $"+EnvLogLevel+")")
+	root.Flags().BoolVar(&a.showVersion, "version", false, "print the version, as outbox version does")
 
 	root.AddCommand(
 		a.migrateCommand(),

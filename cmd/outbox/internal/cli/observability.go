@@ -48,7 +48,7 @@ type observability struct {
 }
 
 func (o *observability) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics (and /healthz) at this host:port, such as :9464")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz at this host:port, such as :9464")
 	f.StringVar(&o.alertWebhook, "alert-webhook", "", "POST dead-lettered events to this URL, at most once per minute with a summary (default $"+EnvAlertWebhook+")")
 	f.BoolVar(&o.otel, "otel", false, "trace each publish with OpenTelemetry, exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say (on when $"+EnvOTLPEndpoint+" or $"+EnvOTLPTracesEndpoint+" is set; --otel=false turns it off)")
 }
@@ -115,17 +115,28 @@ func registerURLSecrets(r *redactor, raw string) {
 // one relay.
 type observers struct {
 	log     *slog.Logger
+	redact  *redactor
 	metrics *outboxprom.Metrics
 	server  *http.Server
 	served  chan struct{}
 	alerter *outboxalert.Alerter
 	tracer  *sdktrace.TracerProvider
+	// ready answers /readyz; state is the relay it reports on.
+	ready *readiness
+	state *relayState
+}
+
+// setRelay hands the built relay to /readyz.
+func (obs *observers) setRelay(r *outbox.Relay) {
+	if obs.state != nil {
+		obs.state.relay.Store(r)
+	}
 }
 
 // startObservers starts what o asks for and adds its hooks to cfg. stop
 // undoes it, also after an error.
 func (a *app) startObservers(ctx context.Context, o *observability, db outbox.Database, cfg *outbox.RelayConfig, sinkURL string) (*observers, error) {
-	obs := &observers{log: a.logger}
+	obs := &observers{log: a.logger, redact: a.redact}
 	sink := sinkLabel(sinkURL)
 	if o.metricsAddr != "" {
 		if err := obs.serveMetrics(ctx, o.metricsAddr, db, cfg, sink); err != nil {
@@ -175,6 +186,11 @@ func (obs *observers) serveMetrics(ctx context.Context, addr string, db outbox.D
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	obs.state = &relayState{stopping: ctx}
+	obs.ready = &readiness{redact: obs.redact}
+	obs.ready.add("relay", obs.state.check)
+	obs.ready.add("database", databaseCheck(outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema})))
+	mux.Handle("GET /readyz", obs.ready)
 	obs.metrics = m
 	obs.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(obs.log.Handler(), slog.LevelWarn)}

@@ -266,6 +266,7 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 	if err != nil {
 		return relayConfigError(err)
 	}
+	observers.setRelay(relay)
 	attrs := []any{"sink", sinkName, "relay_id", cfg.RelayID, "retention", string(cfg.Retention), "listen", cfg.Listen}
 	if cfg.PgBouncer {
 		attrs = append(attrs, "pgbouncer", true)

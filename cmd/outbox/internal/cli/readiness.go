@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Readiness of the relay's /readyz.
+const (
+	// readyCheckTimeout bounds each check of one /readyz request, well
+	// inside a probe's usual 1s–5s timeout.
+	readyCheckTimeout = 2 * time.Second
+	// readyDatabaseTTL is how long a database check's answer is reused, so
+	// probes from several sources cost at most one query per interval.
+	readyDatabaseTTL = time.Second
+)
+
+// readiness answers /readyz: ready (200) while every named check passes, not
+// ready (503) otherwise, with one line per check saying why. /healthz stays
+// a liveness probe that answers as long as the process serves HTTP; /readyz
+// tells a load balancer or Kubernetes whether this relay does its work now.
+//
+// Checks are a list so that each concern adds its own (add): the relay's
+// running state and the database today; a sink check (a circuit breaker's
+// state) is one more add("sink", …).
+type readiness struct {
+	mu     sync.Mutex
+	checks []readyCheck
+	redact *redactor
+}
+
+// readyCheck is one named condition of readiness: nil means it holds.
+type readyCheck struct {
+	name  string
+	check func(context.Context) error
+}
+
+// add appends a check; checks run in the order they were added, each
+// within readyCheckTimeout.
+func (r *readiness) add(name string, check func(context.Context) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks = append(r.checks, readyCheck{name: name, check: check})
+}
+
+func (r *readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	checks := append([]readyCheck(nil), r.checks...)
+	r.mu.Unlock()
+	var body strings.Builder
+	ready := true
+	for _, c := range checks {
+		// Not cut short by a prober that hangs up: a cached check's answer
+		// is shared with the next probes.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), readyCheckTimeout)
+		err := c.check(ctx)
+		cancel()
+		if err != nil {
+			ready = false
+			// One line per check, with no secret a driver error may quote.
+			fmt.Fprintf(&body, "%s: %s\n", c.name, r.redact.String(oneLine(err.Error())))
+			continue
+		}
+		fmt.Fprintf(&body, "%s: ok\n", c.name)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if !ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready\n" + body.String()))
+		return
+	}
+	_, _ = w.Write([]byte("ready\n" + body.String()))
+}
+
+// cachedCheck runs check at most once per ttl and shares its answer:
+// callers that arrive while it runs wait for it rather than start another.
+func cachedCheck(ttl time.Duration, check func(context.Context) error) func(context.Context) error {
+	var (
+		mu   sync.Mutex
+		at   time.Time
+		last error
+	)
+	return func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !at.IsZero() && time.Since(at) < ttl {
+			return last
+		}
+		last, at = check(ctx), time.Now()
+		return last
+	}
+}
+
+// databaseCheck is ready when the database answers a one-row query and the
+// outbox table is there (Manager.Ping).
+func databaseCheck(mgr *outbox.Manager) func(context.Context) error {
+	return cachedCheck(readyDatabaseTTL, func(ctx context.Context) error {
+		if err := mgr.Ping(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("no answer within %s", readyCheckTimeout)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// relayState is the relay behind the running check; it is set once the
+// relay is built, after the listener is up.
+type relayState struct {
+	stopping context.Context // ends on SIGTERM or SIGINT
+	relay    atomic.Pointer[outbox.Relay]
+}
+
+// check is ready while the relay claims events: not before it has started,
+// nor once a signal asked it to stop, though in-flight batches still finish.
+func (s *relayState) check(context.Context) error {
+	if s.stopping.Err() != nil {
+		return errors.New("stopping")
+	}
+	if r := s.relay.Load(); r == nil || !r.Running() {
+		return errors.New("starting")
+	}
+	return nil
+}
