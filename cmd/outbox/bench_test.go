@@ -58,7 +58,7 @@ func TestBenchJSON(t *testing.T) {
 	prefix := benchPrefix(t)
 	res := run(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--events", "300", "--batch-size", "100",
 		"--duration", "1s", "--schema-prefix", prefix, "--json", "drain", "reference")
-	requireOK(t, res)
+	requireBenchOK(t, res)
 
 	var doc struct {
 		Settings   map[string]any   `json:"settings"`
@@ -103,7 +103,7 @@ func TestBenchTable(t *testing.T) {
 	prefix := benchPrefix(t)
 	res := run(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--events", "200", "--duration", "1s",
 		"--writers", "2", "--rate", "100", "--schema-prefix", prefix, "latency", "drain")
-	requireOK(t, res)
+	requireBenchOK(t, res)
 	for _, want := range []string{"outbox bench on PostgreSQL", "\ndrain ", "\nlatency ", "relay/reference",
 		"commit→ack", "p99", "peak RSS", "note: "} {
 		require.Contains(t, res.stdout, want)
@@ -120,7 +120,7 @@ func TestBenchOtherSink(t *testing.T) {
 	prefix := benchPrefix(t)
 	res := run(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--events", "5", "--sink", "stdout:",
 		"--schema-prefix", prefix, "--json", "reference")
-	requireOK(t, res)
+	requireBenchOK(t, res)
 	require.Equal(t, 5, strings.Count(res.stdout, `"order.created"`), res.stdout)
 	require.Contains(t, res.stdout, `"sink": "stdout:"`)
 }
@@ -143,10 +143,8 @@ func TestBenchInterruptDropsSchema(t *testing.T) {
 		}
 		return false
 	})
-	require.Equal(t, 1, p.stop(t, os.Interrupt))
-	line := strings.TrimSuffix(p.stderr.String(), "\n")
-	require.NotContains(t, line, "\n", "one error line:\n%s", line)
-	require.True(t, strings.HasPrefix(line, "outbox: interrupted"), line)
+	require.Equal(t, 130, p.stop(t, os.Interrupt))
+	requireBenchInterrupted(t, p.stderr.String(), "no scenario finished")
 	require.Empty(t, p.stdout.String())
 	require.Empty(t, schemasWithPrefix(t, prefix), "the scratch schema is dropped on Ctrl-C")
 }
@@ -191,7 +189,7 @@ func TestBenchUsageErrors(t *testing.T) {
 func TestBenchHelp(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "bench", "--help")
-	requireOK(t, res)
+	requireBenchOK(t, res)
 	for _, flag := range []string{"--events", "--batch-size", "--workers", "--writers", "--payload-size", "--duration",
 		"--rate", "--retention", "--wake", "--poll-interval", "--sink", "--schema-prefix", "--json"} {
 		require.Contains(t, res.stdout, flag)
@@ -299,7 +297,7 @@ func TestBenchSQLDatabases(t *testing.T) {
 				args = append(args, "--log-level", "error")
 			}
 			res := run(t, nil, args...)
-			requireOK(t, res)
+			requireBenchOK(t, res)
 
 			var doc map[string]any
 			require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
@@ -350,7 +348,7 @@ func TestBenchSQLiteText(t *testing.T) {
 	prefix := benchPrefix(t)
 	res := run(t, nil, "--database-url", db.url, "bench", "--events", "200", "--duration", "1s", "--writers", "2",
 		"--rate", "100", "--wake", "all", "--schema-prefix", prefix, "latency", "drain")
-	requireOK(t, res)
+	requireBenchOK(t, res)
 	for _, want := range []string{"outbox bench on SQLite 3.", "\ndrain ", "relay/reference", "database file",
 		"retention processed, wake poll", "retention processed, wake process", "commit→ack", "note: "} {
 		require.Contains(t, res.stdout, want)
@@ -393,12 +391,56 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'outbox_events'`, name).Scan(&n))
 				}
 				return false
 			})
-			require.Equal(t, 1, p.stop(t, os.Interrupt))
-			line := strings.TrimSuffix(p.stderr.String(), "\n")
-			require.NotContains(t, line, "\n", "one error line:\n%s", line)
-			require.True(t, strings.HasPrefix(line, "outbox: interrupted"), line)
+			require.Equal(t, 130, p.stop(t, os.Interrupt))
+			requireBenchInterrupted(t, p.stderr.String(), "no scenario finished")
 			require.Empty(t, p.stdout.String())
 			require.Empty(t, db.scratches(t, prefix), "the scratch space is removed on Ctrl-C")
 		})
 	}
+}
+
+// requireBenchOK checks that a bench run succeeded and wrote nothing to
+// stderr but its phase lines.
+func requireBenchOK(t *testing.T, res result) {
+	t.Helper()
+	require.Equal(t, 0, res.code, "exit code; stdout:\n%s\nstderr:\n%s", res.stdout, res.stderr)
+	for _, l := range strings.Split(strings.TrimSuffix(res.stderr, "\n"), "\n") {
+		require.True(t, l == "" || strings.HasPrefix(l, "outbox bench: "), "stderr holds phase lines only:\n%s", res.stderr)
+	}
+}
+
+// requireBenchInterrupted checks an interrupted bench's stderr: phase
+// lines, then one error line saying it was interrupted.
+func requireBenchInterrupted(t *testing.T, stderr, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	last := lines[len(lines)-1]
+	require.True(t, strings.HasPrefix(last, "outbox: interrupted: "), stderr)
+	require.Contains(t, last, want)
+	for _, l := range lines[:len(lines)-1] {
+		require.True(t, strings.HasPrefix(l, "outbox bench: "), "phase lines, then one error line:\n%s", stderr)
+	}
+}
+
+// TestBenchInterruptReportsFinishedScenarios: Ctrl-C during a later
+// scenario keeps the report of those that finished, and exits 130.
+func TestBenchInterruptReportsFinishedScenarios(t *testing.T) {
+	t.Parallel()
+	prefix := benchPrefix(t)
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--events", "200", "--duration", "5m",
+		"--schema-prefix", prefix, "--json", "reference", "latency")
+	testutil.WaitFor(t, 60*time.Second, "the latency phase", func() bool {
+		return strings.Contains(p.stderr.String(), "outbox bench: latency (")
+	})
+	require.Equal(t, 130, p.stop(t, os.Interrupt))
+	requireBenchInterrupted(t, p.stderr.String(), "1 finished scenarios reported; the rest did not run")
+	var res struct {
+		Scenarios []struct {
+			Scenario string `json:"scenario"`
+		} `json:"scenarios"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &res), p.stdout.String())
+	require.Len(t, res.Scenarios, 1)
+	require.Equal(t, "reference", res.Scenarios[0].Scenario)
+	require.Empty(t, schemasWithPrefix(t, prefix), "the scratch schemas are dropped")
 }

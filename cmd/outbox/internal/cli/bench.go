@@ -76,8 +76,9 @@ file's size on SQLite.
 The relay, the reference loop and the writers run in this process, so the
 reported peak RSS is this process's. Absolute numbers drift between runs and
 machines: compare the ratios taken in one run. Results go to stdout, as a
-table or with --json as one JSON document; progress goes to stderr on a
-terminal.`,
+table or with --json as one JSON document; a line per phase goes to stderr.
+Interrupted (Ctrl-C, SIGTERM), it drops its scratch schemas, reports the
+scenarios that finished and exits 130.`,
 		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
 			"  outbox bench --database-url sqlite:///var/lib/app/app.db drain latency\n" +
 			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency",
@@ -139,9 +140,8 @@ terminal.`,
 			if cfg.Logger, err = newLogger(a.stderr, a.logFormat, level, a.redact); err != nil {
 				return err
 			}
-			if isTerminal(a.stderr) {
-				cfg.Progress = func(msg string) { notef(a.stderr, "outbox bench: %s\n", msg) }
-			}
+			// A line per phase, also off a terminal: a run takes minutes.
+			cfg.Progress = func(msg string) { notef(a.stderr, "outbox bench: %s\n", msg) }
 
 			ctx := cmd.Context()
 			connectCtx, cancel := context.WithTimeout(ctx, connectTimeout)
@@ -152,15 +152,21 @@ terminal.`,
 			}
 			defer runner.Close()
 			res, err := runner.Run(ctx, scenarios)
+			if err != nil && ctx.Err() != nil {
+				// Interrupted: report what finished, and exit as a shell
+				// does for SIGINT.
+				if len(res.Scenarios) == 0 {
+					return &exitError{code: ExitInterrupted, err: fmt.Errorf("no scenario finished: %w", err)}
+				}
+				if werr := a.writeBenchResult(res, asJSON); werr != nil {
+					return werr
+				}
+				return &exitError{code: ExitInterrupted, err: fmt.Errorf("%d finished scenarios reported; the rest did not run", len(res.Scenarios))}
+			}
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			return writeBenchText(a.stdout, res)
+			return a.writeBenchResult(res, asJSON)
 		}),
 	}
 	f := cmd.Flags()
@@ -178,6 +184,16 @@ terminal.`,
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
+}
+
+// writeBenchResult prints res as a table or as JSON.
+func (a *app) writeBenchResult(res bench.Result, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return writeBenchText(a.stdout, res)
 }
 
 // benchDatabase parses the database URL: PostgreSQL as every command does
