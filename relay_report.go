@@ -1,0 +1,97 @@
+package outbox
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// What a relay says while it works, beyond its per-event logs: a warning,
+// at most one per failureWarnInterval, while publishes fail (so a relay
+// whose sink fails every event is not silent until events are
+// dead-lettered), and an INFO summary of the outcomes every
+// RelayConfig.SummaryInterval.
+
+// failureWarnInterval is the least time between two warnings about failing
+// publishes.
+const failureWarnInterval = 30 * time.Second
+
+// report sums a relay's outcomes for the summary and rate-limits the
+// failure warnings.
+type report struct {
+	mu                                 sync.Mutex
+	published, retried, dead, released int
+	failed                             int // failed publishes since the last warning
+	lastWarn                           time.Time
+	lastErr                            error
+}
+
+// batch adds a settled batch's outcomes to the summary.
+func (p *report) batch(info BatchInfo) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.published += info.Published
+	p.retried += info.Retried
+	p.dead += info.Dead
+	p.released += info.Released
+}
+
+// noteFailures records n failed publishes (n may be 0 for a failed probe
+// of the sink) with one of their errors, and logs a warning unless one was
+// logged within failureWarnInterval.
+func (r *Relay) noteFailures(n int, err error) {
+	if err == nil {
+		return
+	}
+	p := &r.report
+	p.mu.Lock()
+	p.failed += n
+	p.lastErr = err
+	now := time.Now()
+	if !p.lastWarn.IsZero() && now.Sub(p.lastWarn) < failureWarnInterval {
+		p.mu.Unlock()
+		return
+	}
+	failed, since := p.failed, p.lastWarn
+	p.failed, p.lastWarn = 0, now
+	p.mu.Unlock()
+
+	attrs := []any{slog.String("sink", fmt.Sprintf("%T", r.cfg.Sink)), slog.Int("failed", failed),
+		slog.String("circuit", string(r.SinkCircuit())), slog.String("last_error", truncate(err.Error()))}
+	if !since.IsZero() {
+		attrs = append(attrs, slog.Duration("since", now.Sub(since)))
+	}
+	r.log.Warn("publishes failing", attrs...)
+}
+
+// summaryLoop logs the summary every SummaryInterval until the relay stops.
+func (r *Relay) summaryLoop() {
+	t := time.NewTicker(r.cfg.SummaryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopping:
+			return
+		case <-t.C:
+			r.logSummary()
+		}
+	}
+}
+
+// logSummary logs and resets the outcomes since the last summary; an idle
+// interval with a closed circuit logs nothing.
+func (r *Relay) logSummary() {
+	p := &r.report
+	p.mu.Lock()
+	published, retried, dead, released := p.published, p.retried, p.dead, p.released
+	p.published, p.retried, p.dead, p.released = 0, 0, 0, 0
+	p.mu.Unlock()
+	state := r.SinkCircuit()
+	if published+retried+dead+released == 0 && state == CircuitClosed {
+		return
+	}
+	r.log.Info("relay summary", slog.Duration("interval", r.cfg.SummaryInterval), slog.Int("published", published),
+		slog.Int("retried", retried), slog.Int("dead_lettered", dead), slog.Int("released", released),
+		slog.String("circuit", string(state)))
+}
