@@ -29,17 +29,17 @@ const configFileMax = 1 << 20
 type valueKind int
 
 const (
-	kindString    valueKind = iota // any scalar, as text
-	kindTemplate                   // a route template
-	kindPositive                   // an integer > 0
-	kindDuration                   // a Go duration > 0
-	kindDurationOff                // a Go duration ≥ 0, 0 meaning off
-	kindBool                       // true or false
-	kindList                       // a sequence of non-empty strings, or one comma-separated string
-	kindRules                      // a sequence of {event_type, topic}
-	kindRetention                  // processed, delete or archive
-	kindAddr                       // host:port
-	kindHTTPURL                    // an http(s) URL, checked like --alert-webhook
+	kindString      valueKind = iota // any scalar, as text
+	kindTemplate                     // a route template
+	kindPositive                     // an integer > 0
+	kindDuration                     // a Go duration > 0
+	kindDurationOff                  // a Go duration ≥ 0, 0 meaning off
+	kindBool                         // true or false
+	kindList                         // a sequence of non-empty strings, or one comma-separated string
+	kindRules                        // a sequence of {event_type, topic}
+	kindRetention                    // processed, delete or archive
+	kindAddr                         // host:port
+	kindHTTPURL                      // an http(s) URL, checked like --alert-webhook
 )
 
 // fileKey is one key of the config file and the relay flag it stands for.
