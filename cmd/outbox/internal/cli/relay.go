@@ -146,9 +146,11 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
 		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0, "schedule-lease": rf.cfg.ScheduleLease > 0,
 		"probe-interval": rf.cfg.ProbeInterval > 0, "probe-interval-max": rf.cfg.ProbeIntervalMax > 0,
-		"summary-interval": rf.cfg.SummaryInterval >= 0,
 	}); err != nil {
 		return err
+	}
+	if rf.cfg.SummaryInterval < 0 {
+		return usagef("invalid --summary-interval %v: use a positive duration, or 0 for no summary", rf.cfg.SummaryInterval)
 	}
 	for _, flag := range []string{"webhook-ca", "webhook-cert", "webhook-key"} {
 		// "$CA_FILE" of an unset variable must not quietly mean none.
