@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -264,14 +265,21 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 // await waits for the next message's acknowledgement.
 func (s *Sink) await(ctx context.Context, e *outbox.Event, topic string, tokens <-chan mqtt.Token) error {
 	var tok mqtt.Token
+	notSent := func() error {
+		err := fmt.Errorf("mqttsink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+		if !s.isUp() {
+			return outbox.Unavailable(err)
+		}
+		return err
+	}
 	select {
 	case t, ok := <-tokens:
 		if !ok { // the publishing goroutine stopped because ctx ended
-			return fmt.Errorf("mqttsink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+			return notSent()
 		}
 		tok = t
 	case <-ctx.Done():
-		return fmt.Errorf("mqttsink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+		return notSent()
 	}
 	select {
 	case <-tok.Done():
@@ -285,7 +293,9 @@ func (s *Sink) await(ctx context.Context, e *outbox.Event, topic string, tokens 
 		return err
 	}
 	if err := tok.Error(); err != nil {
-		if errors.Is(err, mqtt.ErrNotConnected) || !s.isUp() {
+		// paho fails the tokens of a lost connection with an error of
+		// its own text, no sentinel.
+		if errors.Is(err, mqtt.ErrNotConnected) || strings.HasPrefix(err.Error(), "connection lost") || !s.isUp() {
 			return outbox.Unavailable(fmt.Errorf("mqttsink: event %d: not sent: the connection to %s is down: %w", e.ID, s.endpoint, err))
 		}
 		return fmt.Errorf("mqttsink: event %d: publish to %q on %s: %w", e.ID, topic, s.endpoint, err)
@@ -300,7 +310,8 @@ func (s *Sink) isUp() bool {
 	s.mu.Unlock()
 	select {
 	case <-up:
-		return true
+		// paho knows of a lost connection before the sink's supervisor.
+		return s.client.IsConnectionOpen()
 	default:
 		return false
 	}
@@ -313,6 +324,9 @@ func (s *Sink) isUp() bool {
 func (s *Sink) Health(ctx context.Context) error {
 	if err := s.connected(ctx); err != nil {
 		return outbox.Unavailable(fmt.Errorf("mqttsink: %w", err))
+	}
+	if !s.client.IsConnectionOpen() {
+		return outbox.Unavailable(fmt.Errorf("mqttsink: not connected to %s: the connection was lost; reconnecting in the background", s.endpoint))
 	}
 	return nil
 }

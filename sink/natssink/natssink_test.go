@@ -59,6 +59,10 @@ func TestConformance(t *testing.T) {
 				return stalled, func() { once.Do(func() { _ = sub.Unsubscribe() }) }
 			},
 			Fail: func(*testing.T) { proxy.Refuse() },
+			Unreachable: func(*testing.T) outbox.Sink {
+				proxy.Refuse()
+				return s
+			},
 		}
 	})
 }
