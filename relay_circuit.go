@@ -93,6 +93,7 @@ func (r *Relay) awaitCircuit(ctx context.Context) (probe, ok bool) {
 				r.closeCircuit(ctx)
 			} else {
 				r.probeFailed(ctx, err)
+				r.noteProbeFailure(err)
 			}
 			continue
 		}
@@ -136,7 +137,6 @@ func (r *Relay) probeFailed(ctx context.Context, err error) {
 	}
 	wait := r.circuit.ProbeFailed()
 	r.log.Debug("sink probe failed; circuit open", slog.String("error", truncate(err.Error())), slog.Duration("probe_in", wait))
-	r.noteFailures(0, err)
 	r.runSinkHooks(ctx, CircuitOpen, err)
 }
 

@@ -23,8 +23,8 @@ type report struct {
 	mu                                 sync.Mutex
 	published, retried, dead, released int
 	failed                             int // failed publishes since the last warning
+	probes                             int // failed health checks since the last warning
 	lastWarn                           time.Time
-	lastErr                            error
 }
 
 // batch adds a settled batch's outcomes to the summary.
@@ -37,28 +37,37 @@ func (p *report) batch(info BatchInfo) {
 	p.released += info.Released
 }
 
-// noteFailures records n failed publishes (n may be 0 for a failed probe
-// of the sink) with one of their errors, and logs a warning unless one was
-// logged within failureWarnInterval.
-func (r *Relay) noteFailures(n int, err error) {
+// noteFailures records n failed publishes with one of their errors, and
+// logs a warning unless one was logged within failureWarnInterval.
+func (r *Relay) noteFailures(n int, err error) { r.noteFailed(n, 0, err) }
+
+// noteProbeFailure records a failed health check of the sink, for the same
+// warning: while the circuit is open nothing is published, and the
+// warning still comes every failureWarnInterval.
+func (r *Relay) noteProbeFailure(err error) { r.noteFailed(0, 1, err) }
+
+func (r *Relay) noteFailed(n, probes int, err error) {
 	if err == nil {
 		return
 	}
 	p := &r.report
 	p.mu.Lock()
 	p.failed += n
-	p.lastErr = err
+	p.probes += probes
 	now := time.Now()
 	if !p.lastWarn.IsZero() && now.Sub(p.lastWarn) < failureWarnInterval {
 		p.mu.Unlock()
 		return
 	}
-	failed, since := p.failed, p.lastWarn
-	p.failed, p.lastWarn = 0, now
+	failed, probes, since := p.failed, p.probes, p.lastWarn
+	p.failed, p.probes, p.lastWarn = 0, 0, now
 	p.mu.Unlock()
 
-	attrs := []any{slog.String("sink", fmt.Sprintf("%T", r.cfg.Sink)), slog.Int("failed", failed),
-		slog.String("circuit", string(r.SinkCircuit())), slog.String("last_error", truncate(err.Error()))}
+	attrs := []any{slog.String("sink", fmt.Sprintf("%T", r.cfg.Sink)), slog.Int("failed", failed)}
+	if probes > 0 {
+		attrs = append(attrs, slog.Int("failed_health_checks", probes))
+	}
+	attrs = append(attrs, slog.String("circuit", string(r.SinkCircuit())), slog.String("last_error", truncate(err.Error())))
 	if !since.IsZero() {
 		attrs = append(attrs, slog.Duration("since", now.Sub(since)))
 	}
