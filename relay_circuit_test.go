@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -292,4 +293,57 @@ func TestIsUnavailable(t *testing.T) {
 	require.False(t, outbox.IsUnavailable(base))
 	require.False(t, outbox.IsUnavailable(nil))
 	require.NoError(t, outbox.Unavailable(nil))
+}
+
+func TestRelayClassifiesRefusedDialsItself(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	addr := closedPort(t)
+	// A sink that returns the standard library's error as is, unmarked.
+	var up atomic.Bool
+	sink := outbox.SinkFunc(func(ctx context.Context, events []outbox.Event) []error {
+		if up.Load() {
+			return nil
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			err = errors.New("unexpected listener")
+		}
+		return outbox.BatchError(len(events), fmt.Errorf("mysink: %w", err))
+	})
+	states := &sinkStates{}
+	ids := b.write(t, 5, nil)
+	r := b.start(t, outbox.RelayConfig{Sink: sink, MaxAttempts: 1, ProbeInterval: 10 * time.Millisecond,
+		ProbeIntervalMax: 20 * time.Millisecond, Hooks: []outbox.Hook{states}})
+	testutil.WaitFor(t, 20*time.Second, "three failed probes", func() bool { return states.count(outbox.CircuitOpen) >= 4 })
+	require.Zero(t, b.attemptsSpent(t), "a refused dial is recognized without the sink marking it")
+	require.Zero(t, b.stats(t).Failed)
+	up.Store(true)
+	b.waitStats(t, "every event delivered", func(s outbox.Stats) bool { return s.Processed == int64(len(ids)) })
+	require.Equal(t, outbox.CircuitClosed, r.SinkCircuit())
+}
+
+func TestRelayRestartsWithAClosedCircuit(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	addr := closedPort(t)
+	states := &sinkStates{}
+	b.write(t, 3, nil)
+	r, err := outbox.NewRelay(b.db, outbox.RelayConfig{Schema: b.schema, Sink: newWebhookSink(t, addr),
+		PollInterval: 20 * time.Millisecond, ProbeInterval: time.Hour, Hooks: []outbox.Hook{states},
+		Logger: (&logBuffer{}).logger()})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	testutil.WaitFor(t, 20*time.Second, "the circuit opened", func() bool { return r.SinkCircuit() == outbox.CircuitOpen })
+	require.NoError(t, r.Stop(b.ctx))
+
+	// Started again, the relay does not wait an hour for a probe: it
+	// claims, and finds the endpoint up.
+	serveWebhook(t, addr, func(*http.Request) int { return http.StatusOK })
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })
+	require.Equal(t, outbox.CircuitClosed, r.SinkCircuit())
+	require.Equal(t, 1, states.count(outbox.CircuitClosed), "the hooks heard of the reset")
+	b.waitStats(t, "every event delivered", func(s outbox.Stats) bool { return s.Processed == 3 })
 }
