@@ -120,7 +120,7 @@ func (r *Relay) settleCircuit(ctx context.Context, probe, down bool, err error) 
 		r.probeFailed(ctx, err)
 	case down:
 		if r.circuit.Trip() {
-			_, wait := r.circuit.Acquire()
+			wait := r.circuit.ProbeIn()
 			r.log.Warn("sink unreachable: circuit open; the relay stops claiming, releases what it holds without spending an attempt, and probes the sink until it answers",
 				slog.String("error", truncate(err.Error())), slog.Duration("probe_in", wait))
 			r.runSinkHooks(ctx, CircuitOpen, err)

@@ -70,6 +70,17 @@ func (b *Breaker) State() State {
 	return b.state
 }
 
+// ProbeIn returns how long until the next probe is due while the circuit
+// is open, and 0 otherwise. Unlike Acquire it changes nothing.
+func (b *Breaker) ProbeIn() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != Open {
+		return 0
+	}
+	return max(b.next.Sub(b.now()), 0)
+}
+
 // Changed returns a channel closed at the next state change.
 func (b *Breaker) Changed() <-chan struct{} {
 	b.mu.Lock()

@@ -62,12 +62,15 @@ func TestTripOpensAndOneProberIsChosenWhenDue(t *testing.T) {
 	}
 	require.False(t, b.Trip(), "a second trip of an open circuit is no state change")
 
+	require.Equal(t, b.ProbeIn(), func() time.Duration { _, w := b.Acquire(); return w }())
 	probe, wait := b.Acquire()
 	require.False(t, probe)
 	require.Greater(t, wait, time.Duration(0))
 	require.LessOrEqual(t, wait, time.Second)
 
 	c.advance(time.Second)
+	require.Zero(t, b.ProbeIn(), "due")
+	require.Equal(t, Open, b.State(), "ProbeIn changes nothing")
 	probe, wait = b.Acquire()
 	require.True(t, probe, "the probe is due")
 	require.Zero(t, wait)
