@@ -462,7 +462,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	)
 	hardStopped := ctx.Err() != nil
 	down := !hardStopped && sinkDown(errs)
-	var lastErr error
+	var lastErr, downErr error
 	for i := range events {
 		e := &events[i]
 		byID[e.ID] = i
@@ -475,7 +475,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		case down && sinkUnavailable(err):
 			// The sink is unreachable: no attempt spent either.
 			released = append(released, e.ID)
-			lastErr = err
+			lastErr, downErr = err, err
 		default:
 			lastErr = err
 			failures = append(failures, driver.Failure{
@@ -504,7 +504,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	}
 	info.MarkDuration = time.Since(markStart)
 	if !hardStopped {
-		r.settleCircuit(ctx, probe, down, lastErr)
+		r.settleCircuit(ctx, probe, down, downErr)
 		r.noteFailures(len(failures)+len(released), lastErr)
 	}
 	r.runBatchHooks(ctx, info)
