@@ -18,7 +18,9 @@
 // destination really received the event with its payload bytes unchanged,
 // Publish may be called from many goroutines at once (run the suite under
 // -race), Publish returns promptly once its context ends, and errors caused
-// by a cancelled context are retryable, never permanent.
+// by a cancelled context are retryable, never permanent, and a destination
+// that refuses connections fails every event with an error marked
+// outbox.Unavailable (Harness.Unreachable).
 //
 // # Relay scenarios
 //
