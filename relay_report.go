@@ -63,7 +63,7 @@ func (r *Relay) noteFailed(n, probes int, err error) {
 	p.failed, p.probes, p.lastWarn = 0, 0, now
 	p.mu.Unlock()
 
-	attrs := []any{slog.String("sink", fmt.Sprintf("%T", r.cfg.Sink)), slog.Int("failed", failed)}
+	attrs := []any{slog.String("sink", sinkName(r.cfg.Sink)), slog.Int("failed", failed)}
 	if probes > 0 {
 		attrs = append(attrs, slog.Int("failed_health_checks", probes))
 	}
@@ -103,4 +103,13 @@ func (r *Relay) logSummary() {
 	r.log.Info("relay summary", slog.Duration("interval", r.cfg.SummaryInterval), slog.Int("published", published),
 		slog.Int("retried", retried), slog.Int("dead_lettered", dead), slog.Int("released", released),
 		slog.String("circuit", string(state)))
+}
+
+// sinkName names a sink in the logs: its String method (the sink packages
+// name the destination there, without credentials), or its type.
+func sinkName(s Sink) string {
+	if n, ok := s.(fmt.Stringer); ok {
+		return n.String()
+	}
+	return fmt.Sprintf("%T", s)
 }
