@@ -193,6 +193,12 @@ func (s *Sink) Health(ctx context.Context) error {
 	if !s.nc.IsConnected() {
 		return outbox.Unavailable(fmt.Errorf("natssink: %s: not connected (%s)", s.servers, s.nc.Status()))
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		// FlushWithContext refuses a context without a deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.AckTimeout)
+		defer cancel()
+	}
 	if err := s.nc.FlushWithContext(ctx); err != nil {
 		return outbox.Unavailable(fmt.Errorf("natssink: %s: no answer to a ping: %s", s.servers, s.scrub(err.Error())))
 	}

@@ -483,3 +483,10 @@ func TestErrorsWrapTheClientError(t *testing.T) {
 	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
 	require.True(t, errors.Is(errs[0], nats.ErrConnectionClosed), "%v", errs[0])
 }
+
+func TestHealthAnswersWithoutADeadline(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	s := newSink(t, b.config(t))
+	require.NoError(t, s.Health(context.Background()), "a connected sink is healthy, deadline or not")
+}
