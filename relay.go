@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/backoff"
@@ -47,8 +48,9 @@ type Relay struct {
 
 	// circuit is the breaker on the sink (relay_circuit.go); health is the
 	// sink's own check, if it has one.
-	circuit *circuit.Breaker
-	health  HealthChecker
+	circuit     *circuit.Breaker
+	health      HealthChecker
+	trialProbes atomic.Int64
 	// report rate-limits the failure warnings and sums the periodic
 	// summary (relay_report.go).
 	report report
@@ -414,12 +416,14 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 }
 
 // claim leases a batch, within DBTimeout; a probe of the sink claims one
-// event.
+// event every other time.
 func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
 	size := r.cfg.BatchSize
-	if probe {
+	if probe && r.trialProbes.Add(1)%2 == 1 {
+		// Every other trial publishes one event, the others a batch
+		// (relay_circuit.go).
 		size = 1
 	}
 	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,

@@ -19,11 +19,19 @@ import (
 // every event of an outage longer than the retries last. So the relay
 // releases those events without spending an attempt, opens the circuit and
 // stops claiming; after RelayConfig.ProbeInterval one claim loop probes the
-// sink (its HealthChecker, or a trial publish of one claimed event), with
+// sink (its HealthChecker, or a trial publish of claimed events), with
 // the delay doubling up to ProbeIntervalMax while the probes fail, and the
 // loops claim again once one passes. A batch in which some event was
 // delivered proves the sink reachable: its failures are the events' own and
 // spend attempts as usual.
+//
+// A trial publishes one event, and every other trial a whole batch: an
+// endpoint that drops the connection for one particular event (a payload
+// that crashes it) looks unreachable whenever that event is published
+// alone, and as the oldest due event it would be every single-event trial,
+// keeping the circuit open and every event behind it waiting. In a batch
+// the others get through, which closes the circuit and makes that event
+// spend its attempts.
 
 // sinkUnavailable reports whether a publish error is a connection-level
 // failure that every event would meet: one a sink marked with Unavailable,
@@ -73,8 +81,8 @@ func sinkDown(errs []error) bool {
 }
 
 // awaitCircuit waits while the sink's circuit is open. It returns probe
-// true when the caller is to probe the sink with a trial publish of one
-// claimed event (the sink has no health check), and ok false when the relay
+// true when the caller is to probe the sink with a trial publish of
+// claimed events (the sink has no health check), and ok false when the relay
 // is stopping. A sink with a HealthChecker is probed here.
 func (r *Relay) awaitCircuit(ctx context.Context) (probe, ok bool) {
 	for {

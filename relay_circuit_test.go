@@ -347,3 +347,34 @@ func TestRelayRestartsWithAClosedCircuit(t *testing.T) {
 	require.Equal(t, 1, states.count(outbox.CircuitClosed), "the hooks heard of the reset")
 	b.waitStats(t, "every event delivered", func(s outbox.Stats) bool { return s.Processed == 3 })
 }
+
+func TestRelayEventThatLooksLikeAnOutageDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	// The endpoint drops the connection whenever it gets the poison event,
+	// and takes every other event.
+	sink := outbox.SinkFunc(func(_ context.Context, events []outbox.Event) []error {
+		errs := make([]error, len(events))
+		for i, e := range events {
+			if e.AggregateID == "poison" {
+				errs[i] = outbox.Unavailable(errors.New("connection reset by peer"))
+			}
+		}
+		return errs
+	})
+	states := &sinkStates{}
+	poison := b.write(t, 1, func(_ int, m *outbox.Message) { m.AggregateID = "poison" })[0]
+	b.start(t, outbox.RelayConfig{Sink: sink, MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond,
+		ProbeInterval: 10 * time.Millisecond, ProbeIntervalMax: 20 * time.Millisecond, Hooks: []outbox.Hook{states}})
+	testutil.WaitFor(t, 20*time.Second, "the poison event alone opened the circuit and failed probes", func() bool {
+		return states.count(outbox.CircuitOpen) >= 4
+	})
+	others := b.write(t, 5, nil)
+	b.waitStats(t, "the events written after it delivered", func(s outbox.Stats) bool { return s.Processed == int64(len(others)) })
+	// Its failure is marked just after the deliveries of its batch.
+	testutil.WaitFor(t, 10*time.Second, "the poison event spent an attempt in a batch with deliveries", func() bool {
+		e, err := b.mgr.Event(b.ctx, poison)
+		require.NoError(t, err)
+		return e.Attempts > 0
+	})
+}
