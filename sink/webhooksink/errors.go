@@ -121,6 +121,8 @@ func unreachable(err error) bool {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return false // a slow answer may be the event's
+	case errors.Is(err, egress.ErrDenied):
+		return false // permanent: the guard refuses the address
 	case errors.As(err, &dns), errors.As(err, new(*tls.CertificateVerificationError)), tlsRefused(err),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
