@@ -52,6 +52,12 @@ const (
 	MaxAttemptsDefault  = 5
 	BackoffBaseDefault  = time.Second
 	BackoffMaxDefault   = 5 * time.Minute
+	// ProbeIntervalDefault and ProbeIntervalMaxDefault shape the probes of
+	// an unreachable sink.
+	ProbeIntervalDefault    = time.Second
+	ProbeIntervalMaxDefault = 30 * time.Second
+	// SummaryIntervalDefault is how often the relay logs its summary.
+	SummaryIntervalDefault = time.Minute
 	// BatchSizeMax bounds BatchSize: a claim's rows travel in one result set
 	// and are published as one batch.
 	BatchSizeMax = 10000
@@ -184,11 +190,24 @@ type RelayConfig struct {
 	// gives it up at once, one that dies holds it this long. Defaults to
 	// ScheduleLeaseDefault when a scheduled job is enabled.
 	ScheduleLease time.Duration
+	// ProbeInterval is how long after the sink became unreachable (a batch
+	// failed with connection-level errors, see Unavailable) the relay first
+	// probes it; the delay doubles after each failed probe, up to
+	// ProbeIntervalMax. Until a probe passes the relay claims nothing and
+	// spends no attempts. Default to ProbeIntervalDefault and
+	// ProbeIntervalMaxDefault.
+	ProbeInterval    time.Duration
+	ProbeIntervalMax time.Duration
+	// SummaryInterval is how often the relay logs an INFO summary of what
+	// it published, retried, dead-lettered and released (an idle interval
+	// logs nothing). Defaults to SummaryIntervalDefault; negative turns the
+	// summary off.
+	SummaryInterval time.Duration
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay; each may implement any of the Hook
 	// interfaces (HookBatch, HookDeadLetter, HookPublish, HookRescue,
-	// HookPurge, HookLeaderLease, HookDeadLetterRetry).
+	// HookPurge, HookLeaderLease, HookDeadLetterRetry, HookSinkState).
 	Hooks []Hook
 }
 
@@ -209,6 +228,9 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	setDefault(&c.BackoffBase, BackoffBaseDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
+	setDefault(&c.ProbeInterval, ProbeIntervalDefault)
+	setDefault(&c.ProbeIntervalMax, max(ProbeIntervalMaxDefault, c.ProbeInterval))
+	setDefault(&c.SummaryInterval, SummaryIntervalDefault)
 	setDefault(&c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, max(c.Lease-time.Second, c.Lease/2)))
 	c.scheduleDefaults()
 	if c.Logger == nil {
@@ -259,6 +281,10 @@ func (c RelayConfig) Validate() error {
 		return bad("ShutdownTimeout", "is %v: use a positive duration", c.ShutdownTimeout)
 	case c.ShutdownTimeout >= c.Lease:
 		return bad("ShutdownTimeout", "is %v, not shorter than the lease (%v): a stopping relay would hold leases past their end; lower it", c.ShutdownTimeout, c.Lease)
+	case c.ProbeInterval <= 0:
+		return bad("ProbeInterval", "is %v: use a positive duration", c.ProbeInterval)
+	case c.ProbeIntervalMax < c.ProbeInterval:
+		return bad("ProbeIntervalMax", "is %v, less than ProbeInterval (%v)", c.ProbeIntervalMax, c.ProbeInterval)
 	case c.RelayID == "":
 		return bad("RelayID", "is empty")
 	case len(c.RelayID) > relayIDMaxLen || errtext.Sanitize(c.RelayID, relayIDMaxLen) != c.RelayID:
@@ -290,7 +316,8 @@ func (c RelayConfig) Validate() error {
 		_, isDead := h.(HookDeadLetter)
 		_, isPublish := h.(HookPublish)
 		_, isRescue := h.(HookRescue)
-		if !isBatch && !isDead && !isPublish && !isRescue && !isScheduleHook(h) {
+		_, isSinkState := h.(HookSinkState)
+		if !isBatch && !isDead && !isPublish && !isRescue && !isSinkState && !isScheduleHook(h) {
 			return bad("Hooks", "entry %d (%T) implements no hook interface", i, h)
 		}
 	}

@@ -199,6 +199,10 @@
 //
 // A [Sink] returns one error per event: nil for delivered, an error to retry
 // with backoff, or an error wrapped with [Permanent] to dead-letter at once.
+// An error wrapped with [Unavailable] says the sink cannot be reached at all
+// (a refused connection, DNS, a TLS handshake): the relay then spends no
+// attempt, stops claiming and probes the sink (its [HealthChecker], or a
+// trial publish) until it answers; [HookSinkState] reports the circuit.
 // A panic or a result slice of the wrong length fails the whole batch,
 // retryably. [SinkFunc] adapts a function and [BatchError] fails a whole
 // batch. The sink packages under sink/ are stdoutsink (JSON lines),

@@ -81,3 +81,33 @@ func errUnknownStatus(s string) error {
 	return fmt.Errorf("unknown status %q: use one of %s", s,
 		strings.Join([]string{driver.StatusPending, driver.StatusProcessing, driver.StatusProcessed, driver.StatusFailed}, ", "))
 }
+
+// unavailableError marks a sink error that says the sink cannot be reached
+// at all, whatever the event.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks err as a connection-level failure that every event
+// would meet: the connection was refused or reset before the sink answered,
+// the host name does not resolve, the TLS handshake failed, the broker has
+// no responders or its connection is closed. The relay spends no attempt on
+// such a failure: it releases the batch, opens the sink's circuit and
+// probes the sink until it answers again (RelayConfig.ProbeInterval). A
+// failure specific to one event (an HTTP status for it, a broker's
+// rejection, a timeout while other events pass) must not be marked: it
+// spends an attempt as usual. Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err, or an error it wraps, was marked with
+// Unavailable.
+func IsUnavailable(err error) bool {
+	var u *unavailableError
+	return errors.As(err, &u)
+}

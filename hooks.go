@@ -37,6 +37,42 @@ type HookRescue interface {
 	OnRescue(ctx context.Context, r RescueInfo)
 }
 
+// HookSinkState is called when the relay's circuit on its sink changes
+// state: CircuitOpen when the sink became unreachable (and after each failed
+// probe), CircuitHalfOpen when a probe starts, CircuitClosed when one
+// passed. outboxprom turns it into outbox_sink_up and
+// outbox_sink_circuit_state.
+type HookSinkState interface {
+	OnSinkState(ctx context.Context, s SinkState)
+}
+
+// CircuitState is the state of a relay's circuit on its sink.
+type CircuitState string
+
+// Circuit states.
+const (
+	// CircuitClosed: the sink works; the relay claims and publishes.
+	CircuitClosed CircuitState = "closed"
+	// CircuitOpen: the sink is unreachable; the relay claims nothing until
+	// its next probe.
+	CircuitOpen CircuitState = "open"
+	// CircuitHalfOpen: the relay is probing the sink.
+	CircuitHalfOpen CircuitState = "half-open"
+)
+
+// SinkState is a change of a relay's circuit on its sink.
+type SinkState struct {
+	RelayID string
+	Circuit CircuitState
+	// Err is the connection-level error that opened the circuit or failed
+	// the probe; nil otherwise.
+	Err error
+}
+
+// Up reports whether the sink is taken to be reachable: the circuit is
+// closed.
+func (s SinkState) Up() bool { return s.Circuit == CircuitClosed }
+
 // RescueInfo describes one lease rescue.
 type RescueInfo struct {
 	// RelayID is the rescuing relay's ID (not the one that held the leases:

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/backoff"
+	"github.com/outboxkit/outbox/internal/circuit"
 	"github.com/outboxkit/outbox/internal/driver"
 	"github.com/outboxkit/outbox/internal/errtext"
 	"github.com/outboxkit/outbox/internal/leader"
@@ -40,8 +42,18 @@ type Relay struct {
 	purgeHooks   []HookPurge
 	leaseHooks   []HookLeaderLease
 	dlqHooks     []HookDeadLetterRetry
+	sinkHooks    []HookSinkState
 	// elector holds the job lease, when a scheduled job is enabled.
 	elector *leader.Elector
+
+	// circuit is the breaker on the sink (relay_circuit.go); health is the
+	// sink's own check, if it has one.
+	circuit     *circuit.Breaker
+	health      HealthChecker
+	trialProbes atomic.Int64
+	// report rate-limits the failure warnings and sums the periodic
+	// summary (relay_report.go).
+	report report
 
 	// book tracks the leased batches, for Stop to report what it left.
 	book leaseBook
@@ -84,7 +96,10 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		log:  cfg.Logger.With(slog.String("component", "outbox.relay"), slog.String("relay_id", cfg.RelayID)),
 		wake: make(chan struct{}, 1),
 		turn: make(chan struct{}, 1),
+
+		circuit: circuit.New(cfg.ProbeInterval, cfg.ProbeIntervalMax),
 	}
+	r.health, _ = cfg.Sink.(HealthChecker)
 	r.turn <- struct{}{}
 	for _, h := range cfg.Hooks {
 		if b, ok := h.(HookBatch); ok {
@@ -98,6 +113,9 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		}
 		if p, ok := h.(HookRescue); ok {
 			r.rescueHooks = append(r.rescueHooks, p)
+		}
+		if s, ok := h.(HookSinkState); ok {
+			r.sinkHooks = append(r.sinkHooks, s)
 		}
 		r.addScheduleHook(h)
 	}
@@ -155,6 +173,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkScheduleSchema(ctx); err != nil {
 		return err
 	}
+	r.resetCircuit(ctx)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	r.settleBase, r.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	r.started = true
@@ -167,6 +186,9 @@ func (r *Relay) Start(ctx context.Context) error {
 		wg.Go(func() { r.claimLoop(workCtx, i) })
 	}
 	wg.Go(func() { r.rescueLoop(workCtx) })
+	if r.cfg.SummaryInterval > 0 {
+		wg.Go(func() { r.summaryLoop() })
+	}
 	if p, ok := r.drv.(driver.ArchivePartitioner); ok && r.cfg.Retention == RetainArchive {
 		wg.Go(func() { r.archiveMaintenanceLoop(workCtx, p) })
 	}
@@ -329,6 +351,10 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	failures := 0
 	full := false // the last claim filled a batch: claim without the turn
 	for !r.isStopping() {
+		probe, ok := r.awaitCircuit(ctx)
+		if !ok {
+			return
+		}
 		holding := false
 		if !full {
 			select {
@@ -346,7 +372,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		// writer committed before waking, so the claim sees the event.
 		r.drainWake()
 		start := time.Now()
-		claim, err := r.claim(ctx)
+		claim, err := r.claim(ctx, probe)
 		n := len(claim.Events)
 		full = err == nil && n == r.cfg.BatchSize
 		if holding {
@@ -362,6 +388,9 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 				r.next, r.nextWakeable = time.Now().Add(r.cfg.PollInterval), true
 			}
 			r.turn <- struct{}{}
+		}
+		if probe && (err != nil || n == 0) {
+			r.probeFailed(ctx, err)
 		}
 		if err != nil {
 			if r.isStopping() || ctx.Err() != nil {
@@ -381,21 +410,29 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		}
 		if n > 0 {
 			log.Debug("claimed", slog.Int("batch_size", n))
-			r.handle(ctx, claim, time.Since(start))
+			r.handle(ctx, claim, time.Since(start), probe)
 		}
 	}
 }
 
-// claim leases a batch, within DBTimeout.
-func (r *Relay) claim(ctx context.Context) (driver.Claim, error) {
+// claim leases a batch, within DBTimeout; a probe of the sink claims one
+// event every other time.
+func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
-	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: r.cfg.BatchSize,
+	size := r.cfg.BatchSize
+	if probe && r.trialProbes.Add(1)%2 == 1 {
+		// Every other trial publishes one event, the others a batch
+		// (relay_circuit.go).
+		size = 1
+	}
+	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
 		Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
 }
 
-// handle publishes a claimed batch and settles every event's outcome.
-func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration) {
+// handle publishes a claimed batch and settles every event's outcome; a
+// probe's batch decides the sink's circuit (relay_circuit.go).
+func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration, probe bool) {
 	events := eventsFromRows(claim.Events)
 	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil}
 	r.book.claimed(fence, len(events), r.cfg.Lease)
@@ -428,6 +465,8 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		byID     = make(map[int64]int, len(events))
 	)
 	hardStopped := ctx.Err() != nil
+	down := !hardStopped && sinkDown(errs)
+	var lastErr, downErr error
 	for i := range events {
 		e := &events[i]
 		byID[e.ID] = i
@@ -437,7 +476,12 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		case hardStopped && !IsPermanent(err):
 			// Cancelled by a hard stop, not by the sink: no attempt spent.
 			released = append(released, e.ID)
+		case down && sinkUnavailable(err):
+			// The sink is unreachable: no attempt spent either.
+			released = append(released, e.ID)
+			lastErr, downErr = err, err
 		default:
+			lastErr = err
 			failures = append(failures, driver.Failure{
 				ID: e.ID, Error: truncate(err.Error()), Permanent: IsPermanent(err),
 				Delay: backoff.Exponential(e.Attempts+1, r.cfg.BackoffBase, r.cfg.BackoffMax),
@@ -463,6 +507,10 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		info.Released = r.release(settleCtx, fence, released)
 	}
 	info.MarkDuration = time.Since(markStart)
+	if !hardStopped {
+		r.settleCircuit(ctx, probe, down, downErr)
+		r.noteFailures(len(failures)+len(released), lastErr)
+	}
 	r.runBatchHooks(ctx, info)
 }
 
@@ -635,6 +683,7 @@ func (r *Relay) deadLetter(ctx context.Context, e Event, err error) {
 }
 
 func (r *Relay) runBatchHooks(ctx context.Context, info BatchInfo) {
+	r.report.batch(info)
 	for _, h := range r.batchHooks {
 		r.safeHook(func() { h.OnBatch(ctx, info) })
 	}

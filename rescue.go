@@ -37,6 +37,7 @@ func (r *Relay) rescue(ctx context.Context, limit int) (int, error) {
 	for _, e := range info.Dead {
 		r.deadLetter(ctx, e, ErrLeaseExpired)
 	}
+	r.report.batch(BatchInfo{Dead: len(info.Dead)})
 	for _, h := range r.rescueHooks {
 		r.safeHook(func() { h.OnRescue(ctx, info) })
 	}

@@ -18,6 +18,16 @@ type Sink interface {
 	Publish(ctx context.Context, events []Event) []error
 }
 
+// HealthChecker is implemented by sinks that can check cheaply whether
+// their destination is reachable (a ping, a metadata request, a connection
+// state). While the sink's circuit is open (see Unavailable) the relay
+// probes with Health instead of a trial publish of events. Health
+// returns nil when the destination can take events, and must return when
+// ctx ends.
+type HealthChecker interface {
+	Health(ctx context.Context) error
+}
+
 // SinkFunc adapts a function to Sink.
 type SinkFunc func(ctx context.Context, events []Event) []error
 

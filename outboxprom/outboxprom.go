@@ -116,8 +116,8 @@ func (c Config) Validate() error {
 
 // Metrics is the outbox's Prometheus metrics. Add it to
 // outbox.RelayConfig.Hooks to observe a relay; it is an outbox.HookBatch,
-// an outbox.HookRescue and the scheduled jobs' hooks (outbox.HookPurge,
-// outbox.HookLeaderLease, outbox.HookDeadLetterRetry).
+// an outbox.HookRescue, an outbox.HookSinkState and the scheduled jobs'
+// hooks (outbox.HookPurge, outbox.HookLeaderLease, outbox.HookDeadLetterRetry).
 // It is safe for concurrent use.
 type Metrics struct {
 	cfg Config
@@ -136,6 +136,8 @@ type Metrics struct {
 	batchSize    prometheus.Histogram
 	relayUp      prometheus.Gauge
 	lastBatch    prometheus.Gauge
+	sinkUp       prometheus.Gauge
+	circuit      *prometheus.GaugeVec
 	schedule     scheduleMetrics
 
 	table *tableCollector // nil without a Manager
@@ -170,7 +172,7 @@ func New(cfg Config) (*Metrics, error) {
 	m.errPermanent = publishErrors.WithLabelValues(KindPermanent)
 	m.retried = counter("outbox_retries_total", "Failed publishes scheduled for another attempt after a backoff.")
 	m.dead = counter("outbox_dead_lettered_total", "Events moved to failed (dead-lettered): out of attempts or permanently rejected.")
-	m.released = counter("outbox_released_total", "Claimed events handed back to pending unpublished, without spending an attempt, because the relay was stopping.")
+	m.released = counter("outbox_released_total", "Claimed events handed back to pending without spending an attempt: the relay was stopping, or the sink was unreachable.")
 	m.expired = counter("outbox_lease_expired_total",
 		"Events whose lease expired because the relay holding them died or hung, counted by the relay that rescued them; each expiry spends an attempt.")
 	m.commitToPub = histogram("outbox_commit_to_publish_seconds",
@@ -184,9 +186,15 @@ func New(cfg Config) (*Metrics, error) {
 	m.lastBatch = prometheus.NewGauge(prometheus.GaugeOpts{Name: "outbox_last_batch_timestamp_seconds",
 		Help: "Unix time at which the relay last settled a claimed batch.", ConstLabels: relayLabels})
 
+	m.sinkUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "outbox_sink_up",
+		Help: "1 while the relay's circuit on its sink is closed, 0 while the sink is unreachable (connection refused, DNS, TLS handshake) and the relay probes it instead of claiming.", ConstLabels: relayLabels})
+	m.circuit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outbox_sink_circuit_state",
+		Help: "1 for the current state of the relay's circuit on its sink (closed, open or half-open), 0 for the others.", ConstLabels: relayLabels}, []string{"state"})
+	m.setSinkState(outbox.CircuitClosed)
+
 	collectors := []prometheus.Collector{
 		m.published, publishErrors, m.retried, m.dead, m.released, m.expired, m.commitToPub,
-		m.claimDur, m.publishDur, m.markDur, m.batchSize, m.relayUp, m.lastBatch,
+		m.claimDur, m.publishDur, m.markDur, m.batchSize, m.relayUp, m.lastBatch, m.sinkUp, m.circuit,
 	}
 	collectors = append(collectors, m.newScheduleMetrics(relayLabels)...)
 	if cfg.Manager != nil {
@@ -279,7 +287,30 @@ func (m *Metrics) OnBatch(_ context.Context, b outbox.BatchInfo) {
 	m.errPermanent.Add(float64(permanent))
 }
 
-var _ outbox.HookBatch = (*Metrics)(nil)
+// OnSinkState records a change of the relay's circuit on its sink in
+// outbox_sink_up and outbox_sink_circuit_state. It implements
+// outbox.HookSinkState.
+func (m *Metrics) OnSinkState(_ context.Context, s outbox.SinkState) { m.setSinkState(s.Circuit) }
+
+func (m *Metrics) setSinkState(state outbox.CircuitState) {
+	if state == outbox.CircuitClosed {
+		m.sinkUp.Set(1)
+	} else {
+		m.sinkUp.Set(0)
+	}
+	for _, s := range []outbox.CircuitState{outbox.CircuitClosed, outbox.CircuitOpen, outbox.CircuitHalfOpen} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.circuit.WithLabelValues(string(s)).Set(v)
+	}
+}
+
+var (
+	_ outbox.HookBatch     = (*Metrics)(nil)
+	_ outbox.HookSinkState = (*Metrics)(nil)
+)
 
 // samples reports how many statistics queries the table gauges ran; tests
 // use it.

@@ -179,7 +179,7 @@ outbox_retries_total{schema=%[1]q,sink="recorder"} 2
 # HELP outbox_dead_lettered_total Events moved to failed (dead-lettered): out of attempts or permanently rejected.
 # TYPE outbox_dead_lettered_total counter
 outbox_dead_lettered_total{schema=%[1]q,sink="recorder"} 4
-# HELP outbox_released_total Claimed events handed back to pending unpublished, without spending an attempt, because the relay was stopping.
+# HELP outbox_released_total Claimed events handed back to pending without spending an attempt: the relay was stopping, or the sink was unreachable.
 # TYPE outbox_released_total counter
 outbox_released_total{schema=%[1]q,sink="recorder"} 0
 `, b.schema)
@@ -386,4 +386,32 @@ func TestNewErrors(t *testing.T) {
 	// A second relay with its own sink label shares the registry.
 	_, err = New(Config{Registerer: reg, Sink: "b"})
 	require.NoError(t, err)
+}
+
+func TestSinkStateGauges(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := New(Config{Registerer: reg, Sink: "s"})
+	require.NoError(t, err)
+	var _ outbox.HookSinkState = m
+	l := map[string]string{"schema": outbox.SchemaDefault, "sink": "s"}
+	check := func(up float64, state outbox.CircuitState) {
+		t.Helper()
+		f := families(t, reg)
+		require.Equal(t, up, series(f, "outbox_sink_up", l).GetGauge().GetValue())
+		for _, s := range []outbox.CircuitState{outbox.CircuitClosed, outbox.CircuitOpen, outbox.CircuitHalfOpen} {
+			want := 0.0
+			if s == state {
+				want = 1
+			}
+			require.Equal(t, want, series(f, "outbox_sink_circuit_state", map[string]string{"state": string(s)}).GetGauge().GetValue(), s)
+		}
+	}
+	check(1, outbox.CircuitClosed)
+	m.OnSinkState(context.Background(), outbox.SinkState{Circuit: outbox.CircuitOpen, Err: errors.New("connection refused")})
+	check(0, outbox.CircuitOpen)
+	m.OnSinkState(context.Background(), outbox.SinkState{Circuit: outbox.CircuitHalfOpen})
+	check(0, outbox.CircuitHalfOpen)
+	m.OnSinkState(context.Background(), outbox.SinkState{Circuit: outbox.CircuitClosed})
+	check(1, outbox.CircuitClosed)
 }

@@ -1,6 +1,7 @@
 package sinktest
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -49,9 +50,9 @@ type RelayHarness struct {
 	// SinkTimeout bounds each Publish call of RelayBrokerDown's relay.
 	// Defaults to 2s.
 	SinkTimeout time.Duration
-	// ErrorText, when set, is text RelayBrokerDown requires in the
-	// last_error of events that failed while the broker was down, such
-	// as the sink's name.
+	// ErrorText, when set, is text RelayBrokerDown requires in the error
+	// that opened the relay's circuit while the broker was down, such as
+	// the sink's name.
 	ErrorText string
 	// ReconnectsIdle says the sink reconnects on its own after a cut,
 	// without a publish to drive it: RelayBrokerDown then waits for the
@@ -194,7 +195,10 @@ func RelayEndToEnd(t *testing.T, h RelayHarness) {
 // RelayBrokerDown runs a relay while the broker goes away in every way
 // h.Faults can make it: down when the relay starts, cut while events keep
 // coming and while the relay is idle, and down again in the middle of a
-// backlog. No event may be lost or dead-lettered, and the sink must
+// backlog. While the broker refuses connections the sink's errors must say
+// it is unreachable (outbox.Unavailable, or a refused dial), so the relay
+// opens its circuit and spends no attempt: the events stay pending with
+// none spent. No event may be lost or dead-lettered, and the sink must
 // reconnect. Delivery is at least once: a message whose publish timed out
 // may have landed as well as its retry.
 func RelayBrokerDown(t *testing.T, h RelayHarness) {
@@ -210,35 +214,27 @@ func RelayBrokerDown(t *testing.T, h RelayHarness) {
 	// connections.
 	f.Refuse()
 	all := tb.Write(t, relaytest.Messages(30, "order.created")...)
-	refused := make(chan struct{})
-	var once sync.Once
 	hook := &relaytest.BatchHook{}
-	hook.Then(func(_ int64, info outbox.BatchInfo) {
-		if info.Retried > 0 {
-			once.Do(func() { close(refused) })
-		}
-	})
+	circuit := &circuitHook{}
 	tb.StartRelay(t, outbox.RelayConfig{
 		Sink: h.Sink, BatchSize: 10, MaxAttempts: 10000, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		Lease: 5 * time.Second, SinkTimeout: h.SinkTimeout, Hooks: []outbox.Hook{hook},
+		Lease: 5 * time.Second, SinkTimeout: h.SinkTimeout, Hooks: []outbox.Hook{hook, circuit},
+		ProbeInterval: 20 * time.Millisecond, ProbeIntervalMax: 200 * time.Millisecond,
 	})
-	select {
-	case <-refused:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the relay never failed a batch while the broker was down")
+	// Retries 10-50ms apart would have spent attempts by the dozen in
+	// the wait for three failed probes.
+	testutil.WaitFor(t, 30*time.Second, "the sink's circuit opened and three probes failed while the broker was down", func() bool {
+		return circuit.opened() >= 4
+	})
+	require.Contains(t, circuit.firstError(), h.ErrorText, "the error that opened the circuit names the sink")
+	st := tb.Stats(t)
+	require.Zero(t, st.Processed)
+	require.Zero(t, st.Failed, "an unreachable broker dead-letters nothing")
+	events, err := tb.Manager.ListEvents(t.Context(), outbox.ListParams{Limit: len(all)})
+	require.NoError(t, err)
+	for _, e := range events {
+		require.Zero(t, e.Attempts, "event %d: an unreachable broker spends no attempts (last error %q)", e.ID, e.LastError)
 	}
-	testutil.WaitFor(t, 10*time.Second, "failed publishes recorded while the broker is down", func() bool {
-		events, err := tb.Manager.ListEvents(t.Context(), outbox.ListParams{Status: outbox.StatusPending})
-		require.NoError(t, err)
-		for _, e := range events {
-			if e.Attempts > 0 {
-				require.Contains(t, e.LastError, h.ErrorText)
-				return true
-			}
-		}
-		return false
-	})
-	require.Zero(t, tb.Stats(t).Processed)
 	require.Empty(t, h.Received(t))
 	if h.Stored != nil {
 		require.Zero(t, h.Stored(t))
@@ -277,7 +273,7 @@ func RelayBrokerDown(t *testing.T, h RelayHarness) {
 			f.Cut()
 		case n == start+6 && down.CompareAndSwap(false, true):
 			f.Refuse()
-		case down.Load() && info.Retried > 0:
+		case down.Load() && (info.Released > 0 || info.Retried > 0):
 			downOnce.Do(func() { close(downSeen) })
 		}
 	})
@@ -291,9 +287,10 @@ func RelayBrokerDown(t *testing.T, h RelayHarness) {
 	}
 	f.Allow()
 	tb.WaitProcessed(t, len(all), 30*time.Second)
-	st := tb.Stats(t)
+	st = tb.Stats(t)
 	require.Zero(t, st.Failed+st.Pending+st.Processing, "nothing dead-lettered or left behind")
 	require.True(t, cut.Load() && down.Load(), "both faults happened mid-run")
+	require.Positive(t, circuit.closed(), "the circuit closed when the broker came back")
 
 	// At least once: every event reached the broker; consumers dedupe on
 	// the id attribute.
@@ -307,6 +304,45 @@ func RelayBrokerDown(t *testing.T, h RelayHarness) {
 		}
 	}
 	require.Greater(t, f.Accepted(), 2, "the sink reconnected")
+}
+
+// circuitHook records a relay's circuit changes.
+type circuitHook struct {
+	mu            sync.Mutex
+	opens, closes int
+	first         string
+}
+
+func (c *circuitHook) OnSinkState(_ context.Context, s outbox.SinkState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch s.Circuit {
+	case outbox.CircuitOpen:
+		c.opens++
+		if c.first == "" && s.Err != nil {
+			c.first = s.Err.Error()
+		}
+	case outbox.CircuitClosed:
+		c.closes++
+	}
+}
+
+func (c *circuitHook) opened() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opens
+}
+
+func (c *circuitHook) closed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closes
+}
+
+func (c *circuitHook) firstError() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
 }
 
 // RelayPoison relays 10 good events, the poison events and 10 more good

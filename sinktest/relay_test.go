@@ -27,7 +27,7 @@ func (b *memoryBroker) Publish(_ context.Context, events []outbox.Event) []error
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.down {
-		return outbox.BatchError(len(events), errors.New("memorysink: the broker is down"))
+		return outbox.BatchError(len(events), outbox.Unavailable(errors.New("memorysink: the broker is down")))
 	}
 	if !b.connOpen {
 		b.connOpen = true

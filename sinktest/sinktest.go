@@ -18,7 +18,9 @@
 // destination really received the event with its payload bytes unchanged,
 // Publish may be called from many goroutines at once (run the suite under
 // -race), Publish returns promptly once its context ends, and errors caused
-// by a cancelled context are retryable, never permanent.
+// by a cancelled context are retryable, never permanent, and a destination
+// that refuses connections fails every event with an error marked
+// outbox.Unavailable (Harness.Unreachable).
 //
 // # Relay scenarios
 //
@@ -79,6 +81,14 @@ type Harness struct {
 	// handler's plain error). The suite then checks that no event is
 	// reported delivered and that the errors are retryable.
 	Fail func(t *testing.T)
+	// Unreachable, when set, returns the sink under test with a
+	// destination that refuses connections from now on: a sink pointed at
+	// a closed port, or one connected through a proxy that now refuses
+	// (and cuts) its connections. The suite then checks that every event
+	// fails with an error marked outbox.Unavailable, so that the relay
+	// spends no attempts while the destination is down, and that a sink
+	// with a health check (outbox.HealthChecker) reports it unreachable.
+	Unreachable func(t *testing.T) outbox.Sink
 }
 
 // Delivery is one event as the destination received it.
@@ -108,6 +118,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"CancelledContext", testCancelledContext},
 		{"CancelWhileStalled", testCancelWhileStalled},
 		{"FailingDestination", testFailingDestination},
+		{"UnreachableDestination", testUnreachableDestination},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -385,5 +396,30 @@ func testFailingDestination(t *testing.T, h Harness) {
 		require.Error(t, err, "event %d: the destination failed, the sink must not report it delivered", i)
 		require.NotEmpty(t, err.Error(), "event %d: error text becomes last_error; it must say something", i)
 		require.False(t, outbox.IsPermanent(err), "event %d: an outage is transient; the sink must not dead-letter: %v", i, err)
+	}
+}
+
+func testUnreachableDestination(t *testing.T, h Harness) {
+	if h.Unreachable == nil {
+		t.Skip("sinktest: the harness has no Unreachable: the destination cannot be made unreachable")
+	}
+	s := h.Unreachable(t)
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	defer cancel()
+	events := newEvents(3)
+	errs := s.Publish(ctx, events)
+	require.Len(t, errs, len(events), "an unreachable destination must be reported, one error per event")
+	for i, err := range errs {
+		require.Error(t, err, "event %d: the destination refuses connections, the sink must not report it delivered", i)
+		require.False(t, outbox.IsPermanent(err), "event %d: an outage is transient; the sink must not dead-letter: %v", i, err)
+		require.True(t, outbox.IsUnavailable(err),
+			"event %d: a destination that refuses connections must be reported with outbox.Unavailable, or the relay spends attempts on the outage: %v", i, err)
+	}
+	if hc, ok := s.(outbox.HealthChecker); ok {
+		hctx, cancel := context.WithTimeout(t.Context(), Timeout)
+		defer cancel()
+		err := hc.Health(hctx)
+		require.Error(t, err, "Health must report an unreachable destination")
+		require.True(t, outbox.IsUnavailable(err), "Health's error must be marked outbox.Unavailable: %v", err)
 	}
 }

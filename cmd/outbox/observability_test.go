@@ -339,3 +339,60 @@ func TestMetricsAddrInUse(t *testing.T) {
 	res := outboxCmd(t, b.schema, "relay", "--sink", "stdout:", "--metrics-addr", ln.Addr().String())
 	requireFail(t, res, 1, "--metrics-addr "+ln.Addr().String(), "address already in use", "is another process serving it?")
 }
+
+func TestRelaySinkDownMetricsAndLogs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.writeN(t, 10)
+	// A port nothing listens on until the receiver starts.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "--log-format", "json",
+		"relay", "--sink", "http://"+addr+"/hook", "--metrics-addr", "127.0.0.1:0", "--poll-interval", "50ms",
+		"--max-attempts", "2", "--backoff-base", "10ms", "--backoff-max", "20ms",
+		"--probe-interval", "50ms", "--probe-interval-max", "200ms")
+	metrics := "http://" + obsLogValue(t, p, "serving metrics", "addr") + "/metrics"
+	series := func(name, labels string) string {
+		return fmt.Sprintf(`%s{schema=%q,sink="webhook"%s}`, name, b.schema, labels)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the sink reported down", func() bool {
+		require.False(t, p.exited(), "relay exited early; stderr:\n%s", p.stderr.String())
+		_, body := obsGet(t, metrics)
+		return obsHasSeries(body, series("outbox_sink_up", ""), "0") &&
+			obsHasSeries(body, series("outbox_sink_circuit_state", `,state="closed"`), "0") &&
+			strings.Contains(p.stderr.String(), `"msg":"publishes failing"`)
+	})
+	require.Contains(t, p.stderr.String(), `"msg":"sink unreachable: circuit open;`)
+	require.Contains(t, p.stderr.String(), "connection refused")
+	s := b.stats(t)
+	require.Zero(t, s.Failed, "two attempts would have dead-lettered everything by now")
+	for _, id := range ids {
+		require.Zero(t, b.event(t, id).Attempts)
+	}
+
+	recv, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(recv)
+	}()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-served
+	})
+	testutil.WaitFor(t, 30*time.Second, "every event delivered and the sink reported up", func() bool {
+		_, body := obsGet(t, metrics)
+		return b.stats(t).Processed == int64(len(ids)) && obsHasSeries(body, series("outbox_sink_up", ""), "1") &&
+			obsHasSeries(body, series("outbox_sink_circuit_state", `,state="closed"`), "1")
+	})
+	require.Contains(t, p.stderr.String(), `"msg":"sink reachable again: circuit closed; claiming resumes"`)
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
+}

@@ -236,6 +236,9 @@ func TestRelayRoutingUsageErrors(t *testing.T) {
 		{"empty event type", []string{"--sink", "stdout:", "--event-types", "order.*,,user.*"}, []string{"invalid --event-types: entry 1 is empty"}},
 		{"bad retention", []string{"--sink", "stdout:", "--retention", "forever"}, []string{`invalid --retention "forever": use processed, delete or archive`}},
 		{"negative byte budget", []string{"--sink", "stdout:", "--max-batch-bytes", "-1"}, []string{"invalid --max-batch-bytes: is -1: use a positive number of bytes, or 0 for no bound"}},
+		{"probe cap below the first probe", []string{"--sink", "stdout:", "--probe-interval", "10s", "--probe-interval-max", "5s"}, []string{"invalid --probe-interval-max: is 5s, less than ProbeInterval (10s)"}},
+		{"zero probe interval", []string{"--sink", "stdout:", "--probe-interval", "0s"}, []string{"invalid --probe-interval 0s: use a positive value"}},
+		{"negative summary interval", []string{"--sink", "stdout:", "--summary-interval", "-1s"}, []string{"invalid --summary-interval -1s: use a positive duration, or 0 for no summary"}},
 		{"bad broker option", []string{"--sink", "amqp://guest:Sup3rS3cret@127.0.0.1:5672/?exchang=x"}, []string{`invalid --sink: amqp://127.0.0.1:5672/: unknown option "exchang"`}},
 		{"sink from env", []string{}, []string{`unknown sink scheme "bogus"`}},
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ func TestRelayWebhookUntilSIGTERM(t *testing.T) {
 	p := start(t, []string{"OUTBOX_WEBHOOK_SECRET=" + secret},
 		"--database-url", withPassword(t, password), "--schema", b.schema, "--log-format", "json", "--log-level", "debug",
 		"relay", "--sink", srv.URL+"/hook", "--source", "/cli-test", "--poll-interval", "50ms", "--batch-size", "10",
-		"--relay-id", relayID)
+		"--relay-id", relayID, "--summary-interval", "100ms")
 
 	testutil.WaitFor(t, 30*time.Second, "every event delivered and processed", func() bool {
 		require.False(t, p.exited(), "relay exited early; stderr:\n%s", p.stderr.String())
@@ -82,6 +83,9 @@ func TestRelayWebhookUntilSIGTERM(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
 		"outbox-relay:"+relayID).Scan(&conns))
 	require.Positive(t, conns)
+	testutil.WaitFor(t, 10*time.Second, "a summary of the deliveries", func() bool {
+		return strings.Contains(p.stderr.String(), `"msg":"relay summary"`)
+	})
 
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
 
@@ -109,6 +113,21 @@ func TestRelayWebhookUntilSIGTERM(t *testing.T) {
 	}
 	require.Contains(t, msgs, "relay started")
 	require.Contains(t, msgs, "relay stopped")
+	signal := slices.Index(msgs, "shutdown signal received; finishing in-flight batches, up to --shutdown-timeout")
+	require.Positive(t, signal, "the first signal is logged")
+	require.Less(t, signal, slices.Index(msgs, "relay stopped"))
+	published := 0
+	for line := range strings.Lines(logs) {
+		var rec struct {
+			Msg       string `json:"msg"`
+			Published int    `json:"published"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		if rec.Msg == "relay summary" {
+			published += rec.Published
+		}
+	}
+	require.Equal(t, n, published, "the summaries add up to what was published")
 }
 
 func TestRelayStdoutUntilSIGINT(t *testing.T) {

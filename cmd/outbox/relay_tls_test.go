@@ -17,7 +17,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,7 +192,8 @@ func TestRelayTLSWebhook(t *testing.T) {
 
 // TestRelayTLSWithoutTheCA checks that a relay that does not trust the
 // private CA says so and which option fixes it: a broker sink exits 1 when
-// it starts; a webhook records the error on each event it retries.
+// it starts; a webhook's relay opens the sink's circuit with the error in
+// its warning, and spends no attempt.
 func TestRelayTLSWithoutTheCA(t *testing.T) {
 	t.Parallel()
 	t.Run("rediss", func(t *testing.T) {
@@ -216,12 +219,25 @@ func TestRelayTLSWithoutTheCA(t *testing.T) {
 		b, f := setup(t), newRelayTLSFiles(t)
 		srv := newTLSWebhook(t, f.Certs)
 		ids := b.writeOrders(t, 1)
-		p := runUntil(t, nil, "the failed attempt recorded", func() bool { return b.event(t, ids[0]).LastError != "" },
-			"--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--sink", srv.URL+"/hook",
+		// A handshake that fails fails every event alike: the relay opens
+		// the sink's circuit and says why, and spends no attempt.
+		p := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--sink", srv.URL+"/hook",
 			"--webhook-cert", f.ClientCert, "--webhook-key", f.key, "--poll-interval", "50ms")
+		testutil.WaitFor(t, 60*time.Second, "the sink reported unreachable", func() bool {
+			require.False(t, p.exited(), "relay exited early; stderr:\n%s", p.stderr.String())
+			return strings.Contains(p.stderr.String(), "sink unreachable: circuit open")
+		})
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
+		line := ""
+		for l := range strings.Lines(p.stderr.String()) {
+			if strings.Contains(l, "sink unreachable: circuit open") {
+				line = l
+			}
+		}
+		require.Contains(t, line, "certificate signed by unknown authority")
+		require.Contains(t, line, "--webhook-ca")
 		e := b.event(t, ids[0])
-		require.Contains(t, e.LastError, "certificate signed by unknown authority")
-		require.Contains(t, e.LastError, "--webhook-ca")
+		require.Zero(t, e.Attempts)
 		require.NotEqual(t, "processed", string(e.Status))
 		require.Zero(t, srv.count())
 		f.requireQuiet(t, p.stderr.String())

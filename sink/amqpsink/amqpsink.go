@@ -171,11 +171,34 @@ func (s *Sink) publishWindow(ctx context.Context, events []outbox.Event, msgs []
 			errs[i] = res[j]
 		}
 	case <-ctx.Done():
+		down := !s.connected()
 		for j, i := range idx {
 			errs[i] = fmt.Errorf("amqpsink: event %d: gave up before the broker confirmed it: %w", w.ids[j], context.Cause(ctx))
+			if down {
+				errs[i] = outbox.Unavailable(errs[i])
+			}
 		}
 	}
 }
+
+// connected reports whether the sink holds an open connection.
+func (s *Sink) connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil && !s.conn.IsClosed()
+}
+
+// Health reports whether the sink is connected to the broker (it
+// reconnects in the background); the relay probes with it while the
+// sink's circuit is open. It implements outbox.HealthChecker.
+func (s *Sink) Health(ctx context.Context) error {
+	if _, err := s.connection(ctx); err != nil {
+		return outbox.Unavailable(fmt.Errorf("amqpsink: %w", err))
+	}
+	return nil
+}
+
+var _ outbox.HealthChecker = (*Sink)(nil)
 
 var errSinkClosed = errors.New("the sink is closed")
 

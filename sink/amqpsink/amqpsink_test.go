@@ -31,6 +31,10 @@ func TestConformance(t *testing.T) {
 			Delivered: sinktest.DeliveriesOf(c.received),
 			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
+			Unreachable: func(*testing.T) outbox.Sink {
+				fail.Refuse()
+				return s
+			},
 		}
 	})
 }

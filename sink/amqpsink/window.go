@@ -27,6 +27,10 @@ func (s *Sink) runWindow(ctx context.Context, w *window) []error {
 	if err != nil {
 		for j := range errs {
 			errs[j] = fmt.Errorf("amqpsink: event %d: not sent: %w", w.ids[j], err)
+			if !errors.Is(err, errSinkClosed) {
+				// No connection, or no channel on it: every event meets it.
+				errs[j] = outbox.Unavailable(errs[j])
+			}
 		}
 		return errs
 	}
@@ -103,7 +107,7 @@ func (s *Sink) notSentError(id int64, stopped error, pc *pubChannel, reason *amq
 func (s *Sink) unconfirmedError(id int64, pc *pubChannel, reason *amqp.Error) error {
 	switch {
 	case pc.conn.IsClosed():
-		return fmt.Errorf("amqpsink: event %d: the connection to %s was lost before the broker confirmed it", id, s.endpoint)
+		return outbox.Unavailable(fmt.Errorf("amqpsink: event %d: the connection to %s was lost before the broker confirmed it", id, s.endpoint))
 	case reason != nil && reason.Code == amqp.NotFound && s.cfg.Exchange != "":
 		return fmt.Errorf("amqpsink: event %d: exchange %q does not exist on %s: declare it, or enable the sink's declare_exchange option: %w",
 			id, s.cfg.Exchange, s.endpoint, reason)

@@ -42,6 +42,10 @@ func (s *Sink) produceError(ctx context.Context, e *outbox.Event, topic string, 
 		return fmt.Errorf("%s: the brokers refuse writes to this topic for this user: grant WRITE on the topic (retryable): %w", prefix, err)
 	case errors.Is(err, kgo.ErrClientClosed):
 		return fmt.Errorf("%s: the sink is closed (retryable): %w", prefix, err)
+	case (errors.Is(err, kgo.ErrRecordTimeout) || ctx.Err() != nil) && s.state.down():
+		// The client retries while the brokers are unreachable: the ack
+		// waits for them, not for the event.
+		return outbox.Unavailable(fmt.Errorf("%s: no ack; the brokers do not answer (retryable): %w", prefix, err))
 	case errors.Is(err, kgo.ErrRecordTimeout):
 		return fmt.Errorf("%s: no ack within the delivery timeout %v; the brokers may be down (retryable): %w", prefix, s.cfg.DeliveryTimeout, err)
 	case ctx.Err() != nil:

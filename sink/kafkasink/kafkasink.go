@@ -23,6 +23,7 @@ type Sink struct {
 	client  *kgo.Client
 	brokers string // for errors and String; never holds credentials
 	log     *slog.Logger
+	state   *brokerState // whether the brokers answer (health.go)
 
 	closeOnce sync.Once
 }
@@ -48,6 +49,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, &outbox.ConfigError{Field: "MaxRecordBytes", Err: fmt.Errorf("is %d: use at most %d", cfg.MaxRecordBytes, maxRecordBytesMax)}
 	}
 	s := &Sink{
+		state:   &brokerState{},
 		cfg:     cfg,
 		brokers: strings.Join(brokers, ","),
 		log:     cfg.Logger.With(slog.String("component", "outbox.kafkasink")),
@@ -78,6 +80,7 @@ func (s *Sink) options(brokers []string) []kgo.Opt {
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxRecordBytes)),
 		kgo.ProducerBatchCompression(codec(cfg.Compression)),
 		kgo.WithLogger(kgoLogger{s.log}),
+		kgo.WithHooks(s.state),
 	}
 	if cfg.AutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())

@@ -37,6 +37,10 @@ func TestConformance(t *testing.T) {
 			Sink:      s,
 			Delivered: sinktest.DeliveriesOf(c.reader(t, topic)),
 			Fail:      func(*testing.T) { f.Refuse() },
+			Unreachable: func(*testing.T) outbox.Sink {
+				f.Refuse()
+				return s
+			},
 		}
 		if c.fake != nil {
 			// Brokers that take produce requests and never answer them.

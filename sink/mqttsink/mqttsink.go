@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -225,6 +226,9 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		if err := s.connected(ctx); err != nil {
 			for _, m := range msgs {
 				errs[m.i] = fmt.Errorf("mqttsink: event %d: not sent: %w", events[m.i].ID, err)
+				if !errors.Is(err, errSinkClosed) {
+					errs[m.i] = outbox.Unavailable(errs[m.i])
+				}
 			}
 			return errs
 		}
@@ -261,28 +265,73 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 // await waits for the next message's acknowledgement.
 func (s *Sink) await(ctx context.Context, e *outbox.Event, topic string, tokens <-chan mqtt.Token) error {
 	var tok mqtt.Token
+	notSent := func() error {
+		err := fmt.Errorf("mqttsink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+		if !s.isUp() {
+			return outbox.Unavailable(err)
+		}
+		return err
+	}
 	select {
 	case t, ok := <-tokens:
 		if !ok { // the publishing goroutine stopped because ctx ended
-			return fmt.Errorf("mqttsink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+			return notSent()
 		}
 		tok = t
 	case <-ctx.Done():
-		return fmt.Errorf("mqttsink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+		return notSent()
 	}
 	select {
 	case <-tok.Done():
 	case <-ctx.Done():
-		return fmt.Errorf("mqttsink: event %d: gave up before the broker acknowledged it: %w", e.ID, context.Cause(ctx))
+		err := fmt.Errorf("mqttsink: event %d: gave up before the broker acknowledged it: %w", e.ID, context.Cause(ctx))
+		if !s.isUp() {
+			// The connection is down: the ack waits for it, not for the
+			// event.
+			return outbox.Unavailable(err)
+		}
+		return err
 	}
 	if err := tok.Error(); err != nil {
-		if errors.Is(err, mqtt.ErrNotConnected) {
-			return fmt.Errorf("mqttsink: event %d: not sent: the connection to %s is down", e.ID, s.endpoint)
+		// paho fails the tokens of a lost connection with an error of
+		// its own text, no sentinel.
+		if errors.Is(err, mqtt.ErrNotConnected) || strings.HasPrefix(err.Error(), "connection lost") || !s.isUp() {
+			return outbox.Unavailable(fmt.Errorf("mqttsink: event %d: not sent: the connection to %s is down: %w", e.ID, s.endpoint, err))
 		}
 		return fmt.Errorf("mqttsink: event %d: publish to %q on %s: %w", e.ID, topic, s.endpoint, err)
 	}
 	return nil
 }
+
+// isUp reports whether the sink is connected now.
+func (s *Sink) isUp() bool {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	select {
+	case <-up:
+		// paho knows of a lost connection before the sink's supervisor.
+		return s.client.IsConnectionOpen()
+	default:
+		return false
+	}
+}
+
+// Health reports whether the sink is connected to the broker, waiting up
+// to ReconnectWait (or ctx) for a lost connection to come back; the relay
+// probes with it while the sink's circuit is open. It implements
+// outbox.HealthChecker.
+func (s *Sink) Health(ctx context.Context) error {
+	if err := s.connected(ctx); err != nil {
+		return outbox.Unavailable(fmt.Errorf("mqttsink: %w", err))
+	}
+	if !s.client.IsConnectionOpen() {
+		return outbox.Unavailable(fmt.Errorf("mqttsink: not connected to %s: the connection was lost; reconnecting in the background", s.endpoint))
+	}
+	return nil
+}
+
+var _ outbox.HealthChecker = (*Sink)(nil)
 
 var errSinkClosed = errors.New("the sink is closed")
 

@@ -46,10 +46,15 @@ func (s *Sink) publishError(ctx context.Context, e *outbox.Event, subject string
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		return fmt.Errorf("%s: no ack from JetStream within %v (retryable): %w", prefix, s.cfg.AckTimeout, err)
 	case s.nc.IsClosed():
-		return fmt.Errorf("%s: the sink is closed (retryable): %w", prefix, nats.ErrConnectionClosed)
+		return outbox.Unavailable(fmt.Errorf("%s: the sink is closed (retryable): %w", prefix, nats.ErrConnectionClosed))
 	case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting):
-		return fmt.Errorf("%s: the connection to NATS is down and the client is reconnecting (retryable): %w", prefix, err)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrConnectionClosed) ||
+		(errors.Is(err, nats.ErrNoResponders) && !s.nc.IsConnected()):
+		return outbox.Unavailable(fmt.Errorf("%s: the connection to NATS is down and the client is reconnecting (retryable): %w", prefix, err))
+	case ctx.Err() != nil && !s.nc.IsConnected():
+		// The client buffers publishes while it reconnects, so an outage
+		// shows as acks that never come: the connection's, not the event's.
+		return outbox.Unavailable(fmt.Errorf("%s: the connection to NATS is down and the client is reconnecting; no ack (retryable): %w", prefix, err))
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: gave up before JetStream acknowledged (retryable): %w", prefix, err)
 	}

@@ -186,6 +186,27 @@ func (s *Sink) Close() error {
 	return nil
 }
 
+// Health reports whether the connection to NATS is up and answers a
+// round trip; the relay probes with it while the sink's circuit is open.
+// It implements outbox.HealthChecker.
+func (s *Sink) Health(ctx context.Context) error {
+	if !s.nc.IsConnected() {
+		return outbox.Unavailable(fmt.Errorf("natssink: %s: not connected (%s)", s.servers, s.nc.Status()))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// FlushWithContext refuses a context without a deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.AckTimeout)
+		defer cancel()
+	}
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return outbox.Unavailable(fmt.Errorf("natssink: %s: no answer to a ping: %s", s.servers, s.scrub(err.Error())))
+	}
+	return nil
+}
+
+var _ outbox.HealthChecker = (*Sink)(nil)
+
 // String names the sink and its servers, without credentials.
 func (s *Sink) String() string { return "natssink(" + s.servers + ")" }
 

@@ -59,6 +59,10 @@ func TestConformance(t *testing.T) {
 				return stalled, func() { once.Do(func() { _ = sub.Unsubscribe() }) }
 			},
 			Fail: func(*testing.T) { proxy.Refuse() },
+			Unreachable: func(*testing.T) outbox.Sink {
+				proxy.Refuse()
+				return s
+			},
 		}
 	})
 }
@@ -478,4 +482,11 @@ func TestErrorsWrapTheClientError(t *testing.T) {
 	require.NoError(t, s.Close())
 	errs := s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("x", `{}`)})
 	require.True(t, errors.Is(errs[0], nats.ErrConnectionClosed), "%v", errs[0])
+}
+
+func TestHealthAnswersWithoutADeadline(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	s := newSink(t, b.config(t))
+	require.NoError(t, s.Health(context.Background()), "a connected sink is healthy, deadline or not")
 }

@@ -255,5 +255,18 @@ func (s *Sink) xaddError(ctx context.Context, e *outbox.Event, stream string, er
 	case errors.As(err, &rerr):
 		return fmt.Errorf("%s: XADD to %q: %w", prefix, stream, err)
 	}
-	return fmt.Errorf("%s: XADD to %q on %s: %w", prefix, stream, s.endpoint, err)
+	// No reply at all: the connection failed (refused, reset, closed, a
+	// name that does not resolve), which every event would meet.
+	return outbox.Unavailable(fmt.Errorf("%s: XADD to %q on %s: %w", prefix, stream, s.endpoint, err))
 }
+
+// Health pings the server; the relay probes with it while the sink's
+// circuit is open. It implements outbox.HealthChecker.
+func (s *Sink) Health(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return outbox.Unavailable(fmt.Errorf("redissink: ping %s: %w", s.endpoint, err))
+	}
+	return nil
+}
+
+var _ outbox.HealthChecker = (*Sink)(nil)

@@ -35,6 +35,10 @@ func TestConformance(t *testing.T) {
 			Delivered: sinktest.DeliveriesOf(received(rdb, stream)),
 			Stall:     func(*testing.T) (<-chan struct{}, func()) { return fail.Stall() },
 			Fail:      func(*testing.T) { fail.Refuse() },
+			Unreachable: func(*testing.T) outbox.Sink {
+				fail.Refuse()
+				return s
+			},
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
@@ -98,8 +99,41 @@ func (s *Sink) statusError(e *outbox.Event, resp *http.Response) error {
 }
 
 // transportError explains a request that got no answer. All of these are
-// retryable.
+// retryable; those that every request would meet (see unreachable) are
+// marked with outbox.Unavailable, so the relay spends no attempt on them.
 func (s *Sink) transportError(ctx context.Context, e *outbox.Event, err error) error {
+	err2 := s.describeTransportError(ctx, e, err)
+	if ctx.Err() == nil && unreachable(err) {
+		return outbox.Unavailable(err2)
+	}
+	return err2
+}
+
+// unreachable reports whether a request failed before any answer for a
+// reason that is the endpoint's, not the event's: the dial failed (refused,
+// no route, a name that does not resolve), the TLS handshake failed, or the
+// connection was reset or closed before a response.
+func unreachable(err error) bool {
+	var (
+		oe  *net.OpError
+		dns *net.DNSError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return false // a slow answer may be the event's
+	case errors.Is(err, egress.ErrDenied):
+		return false // permanent: the guard refuses the address
+	case errors.As(err, &dns), errors.As(err, new(*tls.CertificateVerificationError)), tlsRefused(err),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	case errors.As(err, &oe):
+		return oe.Op == "dial"
+	}
+	return false
+}
+
+func (s *Sink) describeTransportError(ctx context.Context, e *outbox.Event, err error) error {
 	// client.Do wraps errors in *url.Error, which quotes the full URL
 	// (its path and query may hold tokens): keep only the cause.
 	var ue *url.Error

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,6 +54,14 @@ func TestConformance(t *testing.T) {
 				return stalled, func() { once.Do(func() { close(release) }) }
 			},
 			Fail: func(*testing.T) { srv.answer(http.StatusServiceUnavailable, "maintenance") },
+			Unreachable: func(t *testing.T) outbox.Sink {
+				// A port nothing listens on: connections are refused.
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				addr := l.Addr().String()
+				require.NoError(t, l.Close())
+				return newSink(t, srv, webhooksink.Config{URL: "http://" + addr + "/hooks/outbox"})
+			},
 		}
 	})
 }

@@ -29,16 +29,17 @@ const configFileMax = 1 << 20
 type valueKind int
 
 const (
-	kindString    valueKind = iota // any scalar, as text
-	kindTemplate                   // a route template
-	kindPositive                   // an integer > 0
-	kindDuration                   // a Go duration > 0
-	kindBool                       // true or false
-	kindList                       // a sequence of non-empty strings, or one comma-separated string
-	kindRules                      // a sequence of {event_type, topic}
-	kindRetention                  // processed, delete or archive
-	kindAddr                       // host:port
-	kindHTTPURL                    // an http(s) URL, checked like --alert-webhook
+	kindString      valueKind = iota // any scalar, as text
+	kindTemplate                     // a route template
+	kindPositive                     // an integer > 0
+	kindDuration                     // a Go duration > 0
+	kindDurationOff                  // a Go duration ≥ 0, 0 meaning off
+	kindBool                         // true or false
+	kindList                         // a sequence of non-empty strings, or one comma-separated string
+	kindRules                        // a sequence of {event_type, topic}
+	kindRetention                    // processed, delete or archive
+	kindAddr                         // host:port
+	kindHTTPURL                      // an http(s) URL, checked like --alert-webhook
 )
 
 // fileKey is one key of the config file and the relay flag it stands for.
@@ -93,6 +94,9 @@ var fileKeys = []fileKey{
 	{"relay", "dead_letter_retry", "dead-letter-retry", kindDuration},
 	{"relay", "dead_letter_retries", "dead-letter-retries", kindPositive},
 	{"relay", "schedule_lease", "schedule-lease", kindDuration},
+	{"relay", "probe_interval", "probe-interval", kindDuration},
+	{"relay", "probe_interval_max", "probe-interval-max", kindDuration},
+	{"relay", "summary_interval", "summary-interval", kindDurationOff},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},
@@ -322,6 +326,10 @@ func (c *fileConfig) parseValue(key fileKey, n *yaml.Node, lookup func(string) (
 	case kindDuration:
 		if val.dur, err = parseDuration(s); err != nil || val.dur <= 0 {
 			return fail(n.Line, "%q is not a positive duration: use a Go duration such as 500ms, 30s or 5m, or days such as 7d", clip(s))
+		}
+	case kindDurationOff:
+		if val.dur, err = time.ParseDuration(s); err != nil || val.dur < 0 {
+			return fail(n.Line, "%q is not a duration: use a Go duration such as 30s or 5m, or 0 for off", clip(s))
 		}
 	case kindBool:
 		if val.flag, err = strconv.ParseBool(s); err != nil {

@@ -65,6 +65,9 @@ relay:
   dead_letter_retry: 1h
   dead_letter_retries: 2
   schedule_lease: 20s
+  probe_interval: 2s
+  probe_interval_max: 1m
+  summary_interval: 0s
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -138,6 +141,7 @@ func TestParseConfigFileErrors(t *testing.T) {
 			`3: relay: unknown key "leese": use one of id, event_types, batch_size, workers, poll_interval, lease, sink_timeout, shutdown_timeout, db_timeout, max_attempts, backoff_base, backoff_max, retention, listen`},
 		{"bad duration", "relay:\n  lease: long\n", `2: relay.lease: "long" is not a positive duration: use a Go duration such as 500ms, 30s or 5m`},
 		{"negative duration", "relay:\n  poll_interval: -1s\n", `2: relay.poll_interval: "-1s" is not a positive duration`},
+		{"negative summary interval", "relay:\n  summary_interval: -1s\n", `2: relay.summary_interval: "-1s" is not a duration: use a Go duration such as 30s or 5m, or 0 for off`},
 		{"zero count", "relay:\n\n  batch_size: 0\n", `3: relay.batch_size: "0" is not a positive whole number`},
 		{"bad bool", "relay:\n  listen: sometimes\n", `2: relay.listen: "sometimes" is not a boolean: use true or false`},
 		{"bad retention", "relay:\n  retention: forever\n", `2: relay.retention: unknown mode "forever": use processed, delete or archive`},
@@ -286,6 +290,10 @@ func FuzzParseConfigFile(f *testing.F) {
 				}
 			case kindDuration:
 				if v.dur <= 0 {
+					t.Fatalf("%s accepted %v", v.key.path(), v.dur)
+				}
+			case kindDurationOff:
+				if v.dur < 0 {
 					t.Fatalf("%s accepted %v", v.key.path(), v.dur)
 				}
 			case kindTemplate:

@@ -32,6 +32,7 @@ var relayFlagNames = map[string]string{
 	"BackoffBase": "backoff-base", "BackoffMax": "backoff-max", "RelayID": "relay-id",
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
 	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
+	"ProbeInterval": "probe-interval", "ProbeIntervalMax": "probe-interval-max", "SummaryInterval": "summary-interval",
 }
 
 // relayFlags are the relay command's flags, before the config file and the
@@ -128,6 +129,9 @@ outbox-relay:<relay-id>.`,
 	f.StringSliceVar(&rf.so.WebhookAllowNetworks, "webhook-allow-network", nil, "webhook: with --webhook-deny-private, a network (CIDR or address) reached even so, such as 10.1.2.0/24; repeatable")
 	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
 	addScheduleFlags(f, &rf.cfg)
+	f.DurationVar(&rf.cfg.ProbeInterval, "probe-interval", outbox.ProbeIntervalDefault, "when the sink is unreachable (connection refused, DNS, TLS handshake), how long until the first probe; no attempts are spent while it is down")
+	f.DurationVar(&rf.cfg.ProbeIntervalMax, "probe-interval-max", outbox.ProbeIntervalMaxDefault, "longest wait between probes of an unreachable sink (the wait doubles after each failed probe)")
+	f.DurationVar(&rf.cfg.SummaryInterval, "summary-interval", outbox.SummaryIntervalDefault, "how often to log an INFO summary of published, retried and dead-lettered events; 0 for none")
 	rf.obs.addFlags(f)
 	return cmd
 }
@@ -141,8 +145,12 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
 		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0, "schedule-lease": rf.cfg.ScheduleLease > 0,
+		"probe-interval": rf.cfg.ProbeInterval > 0, "probe-interval-max": rf.cfg.ProbeIntervalMax > 0,
 	}); err != nil {
 		return err
+	}
+	if rf.cfg.SummaryInterval < 0 {
+		return usagef("invalid --summary-interval %v: use a positive duration, or 0 for no summary", rf.cfg.SummaryInterval)
 	}
 	for _, flag := range []string{"webhook-ca", "webhook-cert", "webhook-key"} {
 		// "$CA_FILE" of an unset variable must not quietly mean none.
@@ -165,6 +173,13 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	}
 	if err := m.apply(a, rf); err != nil {
 		return err
+	}
+	if !m.given("probe-interval-max") {
+		// The library's default: 30s, or --probe-interval when longer.
+		rf.cfg.ProbeIntervalMax = 0
+	}
+	if rf.cfg.SummaryInterval == 0 {
+		rf.cfg.SummaryInterval = -1 // off
 	}
 	if rf.sinkURL == "" {
 		return usagef("missing --sink: say where to publish, such as --sink stdout: or --sink nats://127.0.0.1:4222 (or set $%s, or sink.url in --config)", EnvSinkURL)
@@ -278,6 +293,13 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 		attrs = append(attrs, "event_types", cfg.EventTypes)
 	}
 	a.logger.Info("relay publishing to sink", attrs...)
+	// The first SIGINT or SIGTERM ends ctx (a second one kills the
+	// process): say what happens now, and for how long at most.
+	stopNote := context.AfterFunc(ctx, func() {
+		a.logger.Info("shutdown signal received; finishing in-flight batches, up to --shutdown-timeout",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+	})
+	defer stopNote()
 	return relay.Run(ctx)
 }
 
@@ -366,6 +388,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		"shutdown-timeout": &rf.cfg.ShutdownTimeout, "db-timeout": &rf.cfg.DBTimeout, "backoff-base": &rf.cfg.BackoffBase, "backoff-max": &rf.cfg.BackoffMax,
 		"purge-after": &rf.cfg.PurgeAfter, "purge-failed-after": &rf.cfg.PurgeFailedAfter, "purge-interval": &rf.cfg.PurgeInterval,
 		"dead-letter-retry": &rf.cfg.DeadLetterRetry, "schedule-lease": &rf.cfg.ScheduleLease,
+		"probe-interval": &rf.cfg.ProbeInterval, "probe-interval-max": &rf.cfg.ProbeIntervalMax, "summary-interval": &rf.cfg.SummaryInterval,
 	}
 	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer,
 		"webhook-deny-private": &rf.so.WebhookDenyPrivate}
