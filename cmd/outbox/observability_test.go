@@ -367,6 +367,11 @@ func TestRelaySinkDownMetricsAndLogs(t *testing.T) {
 	})
 	require.Contains(t, p.stderr.String(), `"msg":"sink unreachable: circuit open;`)
 	require.Contains(t, p.stderr.String(), "connection refused")
+	readyz := strings.TrimSuffix(metrics, "/metrics") + "/readyz"
+	code, body := obsGet(t, readyz)
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Contains(t, body, "sink: unreachable (circuit ")
+	require.Contains(t, body, "database: ok\n")
 	s := b.stats(t)
 	require.Zero(t, s.Failed, "two attempts would have dead-lettered everything by now")
 	for _, id := range ids {
@@ -394,5 +399,8 @@ func TestRelaySinkDownMetricsAndLogs(t *testing.T) {
 			obsHasSeries(body, series("outbox_sink_circuit_state", `,state="closed"`), "1")
 	})
 	require.Contains(t, p.stderr.String(), `"msg":"sink reachable again: circuit closed; claiming resumes"`)
+	code, body = obsGet(t, readyz)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "sink: ok\n")
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
 }

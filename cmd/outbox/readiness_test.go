@@ -55,7 +55,7 @@ func TestRelayReadiness(t *testing.T) {
 	}
 
 	body := waitReady("/readyz to answer ready", http.StatusOK)
-	require.Equal(t, "ready\nrelay: ok\ndatabase: ok\n", body)
+	require.Equal(t, "ready\nrelay: ok\ndatabase: ok\nsink: ok\n", body)
 
 	proxy.Refuse()
 	body = waitReady("/readyz to report the database down", http.StatusServiceUnavailable, "not ready\n", "relay: ok\n", "database: ")

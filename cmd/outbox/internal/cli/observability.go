@@ -190,6 +190,7 @@ func (obs *observers) serveMetrics(ctx context.Context, addr string, db outbox.D
 	obs.ready = &readiness{redact: obs.redact}
 	obs.ready.add("relay", obs.state.check)
 	obs.ready.add("database", databaseCheck(outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema})))
+	obs.ready.add("sink", obs.state.sinkCheck)
 	mux.Handle("GET /readyz", obs.ready)
 	obs.metrics = m
 	obs.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,

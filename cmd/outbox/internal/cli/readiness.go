@@ -121,6 +121,22 @@ type relayState struct {
 	relay    atomic.Pointer[outbox.Relay]
 }
 
+// sinkCheck is ready while the relay's circuit on its sink is closed: an
+// unreachable sink (connection refused, DNS, TLS handshake) opens it, and
+// the relay then probes the sink instead of claiming.
+func (s *relayState) sinkCheck(context.Context) error {
+	r := s.relay.Load()
+	if r == nil {
+		return nil // the relay check says "starting"
+	}
+	switch st := r.SinkCircuit(); st {
+	case outbox.CircuitClosed:
+		return nil
+	default:
+		return fmt.Errorf("unreachable (circuit %s; the relay probes it and resumes when it answers)", st)
+	}
+}
+
 // check is ready while the relay claims events: not before it has started,
 // nor once a signal asked it to stop, though in-flight batches still finish.
 func (s *relayState) check(context.Context) error {
