@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -483,7 +484,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		default:
 			lastErr = err
 			failures = append(failures, driver.Failure{
-				ID: e.ID, Error: truncate(err.Error()), Permanent: IsPermanent(err),
+				ID: e.ID, Error: r.failureText(e, err), Permanent: IsPermanent(err),
 				Delay: backoff.Exponential(e.Attempts+1, r.cfg.BackoffBase, r.cfg.BackoffMax),
 			})
 		}
@@ -499,7 +500,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		for _, id := range res.Dead {
 			e := events[byID[id]]
 			err := errs[byID[id]]
-			e.Status, e.Attempts, e.LastError = StatusFailed, e.Attempts+1, truncate(err.Error())
+			e.Status, e.Attempts, e.LastError = StatusFailed, e.Attempts+1, r.failureText(&e, err)
 			r.deadLetter(settleCtx, e, err)
 		}
 	}
@@ -732,4 +733,22 @@ func ids(events []Event) []int64 {
 // truncate makes a publish error storable as last_error: valid UTF-8, no
 // NUL byte (the database would refuse the mark, every time), at most
 // maxErrorLen bytes.
+// retryableMarker is the note sinks add to an error the relay will retry.
+const retryableMarker = " (retryable)"
+
+// failureText is the last_error stored for e's failed publish. On the
+// attempt that dead-letters e, the sinks' "(retryable)" note would mislead
+// the operator reading it, so it is dropped there.
+func (r *Relay) failureText(e *Event, err error) string {
+	msg := err.Error()
+	limit := e.MaxAttempts
+	if limit == 0 {
+		limit = r.cfg.MaxAttempts
+	}
+	if IsPermanent(err) || e.Attempts+1 >= limit {
+		msg = strings.ReplaceAll(msg, retryableMarker, "")
+	}
+	return truncate(msg)
+}
+
 func truncate(s string) string { return errtext.Sanitize(s, maxErrorLen) }

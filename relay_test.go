@@ -354,6 +354,57 @@ func TestRelayBackoffDeadLetterAndRetry(t *testing.T) {
 	b.waitStats(t, "processed after retry", func(s outbox.Stats) bool { return s.Processed == 1 })
 }
 
+// TestRelayDeadLetterDropsTheRetryableNote: sinks mark errors the relay
+// will retry "(retryable)"; the attempt that dead-letters the event stores
+// its error without that note, which would mislead there.
+func TestRelayDeadLetterDropsTheRetryableNote(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := b.write(t, 1, nil)
+	rec := outboxtest.NewRecorder()
+	var calls atomic.Int64
+	rec.SetFail(func(outbox.Event) error {
+		return fmt.Errorf("webhook answered 503 (retryable) on call %d", calls.Add(1))
+	})
+	errs := &errorsSeen{pool: b.pool, schema: b.schema, id: ids[0]}
+	b.start(t, outbox.RelayConfig{Sink: rec, MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, Hooks: []outbox.Hook{errs}})
+	b.waitStats(t, "dead-lettered", func(s outbox.Stats) bool { return s.Failed == 1 })
+	e, err := b.mgr.Event(b.ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, "webhook answered 503 on call 2", e.LastError)
+	require.Equal(t, []string{"webhook answered 503 (retryable) on call 1"}, errs.retrying(), "a retry keeps the note")
+}
+
+// errorsSeen records the stored last_error of one event after each batch
+// that retried it.
+type errorsSeen struct {
+	pool   *pgxpool.Pool
+	schema string
+	id     int64
+	mu     sync.Mutex
+	seen   []string
+}
+
+func (h *errorsSeen) OnBatch(ctx context.Context, info outbox.BatchInfo) {
+	if info.Retried == 0 {
+		return
+	}
+	var msg string
+	if err := h.pool.QueryRow(ctx, `SELECT last_error FROM `+pgx.Identifier{h.schema, "outbox_events"}.Sanitize()+` WHERE id = $1`, h.id).Scan(&msg); err != nil {
+		msg = "error: " + err.Error()
+	}
+	h.mu.Lock()
+	h.seen = append(h.seen, msg)
+	h.mu.Unlock()
+}
+
+func (h *errorsSeen) retrying() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.seen...)
+}
+
 func TestRelayPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
