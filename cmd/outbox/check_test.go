@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -290,4 +291,35 @@ func TestCheckUsage(t *testing.T) {
 	m := scratchLog.FindStringSubmatch(res.stderr)
 	require.NotNil(t, m, "stderr:\n%s", res.stderr)
 	require.False(t, schemaExists(t, m[1]))
+}
+
+// TestCheckSoak is the long variant of the chaos check: set
+// OUTBOX_TEST_SOAK to a duration (such as 10m) to run outbox check that long,
+// with events, relay kills and connection cuts scaled to it, against
+// PostgreSQL directly and through PgBouncer. The default suite skips it;
+// DEVELOPERS.md documents it.
+func TestCheckSoak(t *testing.T) {
+	raw := os.Getenv("OUTBOX_TEST_SOAK")
+	if raw == "" {
+		t.Skip("a soak test: set OUTBOX_TEST_SOAK=10m (any duration) to run it")
+	}
+	d, err := time.ParseDuration(raw)
+	require.NoError(t, err, "OUTBOX_TEST_SOAK must be a duration such as 10m")
+	t.Parallel()
+	minutes := max(int(d/time.Minute), 1)
+	forEachDatabase(t, func(t *testing.T, db []string) {
+		args := append(append([]string{}, db...), "check", "--json", "--log-level", "warn",
+			"--events", strconv.Itoa(20000*minutes), "--aggregates", "64", "--relays", "4", "--duration", d.String(),
+			"--kills", strconv.Itoa(12*minutes), "--cuts", strconv.Itoa(6*minutes), "--drain-timeout", "5m")
+		res := run(t, nil, args...)
+		require.Equal(t, 0, res.code, "stdout:\n%s\nstderr:\n%s", res.stdout, res.stderr)
+		rep := parseCheckReport(t, res)
+		require.True(t, rep.Passed)
+		require.Equal(t, 20000*minutes, rep.Written)
+		require.Equal(t, rep.Written, rep.Delivered, "every event delivered")
+		require.Zero(t, rep.Lost)
+		require.Zero(t, rep.Ghosts)
+		require.Equal(t, 12*minutes, rep.Kills, "every kill happened")
+		t.Logf("soak %v: %+v", d, rep)
+	})
 }
