@@ -101,8 +101,9 @@ func (p Policy) Check(addr netip.Addr) error {
 	}
 	if nat64.Contains(addr) {
 		b := addr.As16()
-		if err := p.Check(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})); err != nil {
-			return &DeniedError{Addr: addr, Reason: err.(*DeniedError).Reason + " behind NAT64"}
+		var inner *DeniedError
+		if err := p.Check(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})); errors.As(err, &inner) {
+			return &DeniedError{Addr: addr, Reason: inner.Reason + " behind NAT64"}
 		}
 	}
 	return nil

@@ -13,7 +13,7 @@ func TestCheckTextFlags(t *testing.T) {
 		"order.created": "", "": "", "ordér": "",
 		"a\x00b": `invalid --type "a\x00b": it holds a NUL byte or invalid UTF-8`,
 		"\xff":   `invalid --type "\xff": it holds a NUL byte or invalid UTF-8`,
-		" \t":    "invalid --type: it is blank",
+		"\x20\t": "invalid --type: it is blank",
 	} {
 		err := checkTextFlags(map[string]string{"type": v})
 		switch {
