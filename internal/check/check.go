@@ -109,27 +109,13 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Events == 0 {
-		c.Events = EventsDefault
-	}
-	if c.Aggregates == 0 {
-		c.Aggregates = AggregatesDefault
-	}
-	if c.Relays == 0 {
-		c.Relays = RelaysDefault
-	}
-	if c.Duration == 0 {
-		c.Duration = DurationDefault
-	}
-	if c.Kills == 0 {
-		c.Kills = KillsDefault
-	}
-	if c.Cuts == 0 {
-		c.Cuts = CutsDefault
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DrainTimeoutDefault
-	}
+	c.Events = cmp.Or(c.Events, EventsDefault)
+	c.Aggregates = cmp.Or(c.Aggregates, AggregatesDefault)
+	c.Relays = cmp.Or(c.Relays, RelaysDefault)
+	c.Duration = cmp.Or(c.Duration, DurationDefault)
+	c.Kills = cmp.Or(c.Kills, KillsDefault)
+	c.Cuts = cmp.Or(c.Cuts, CutsDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}

@@ -55,6 +55,18 @@ func parseIDs(args []string) ([]int64, error) {
 	return ids, nil
 }
 
+// namedEvents parses the event IDs a command names and opens the manager
+// that acts on them; done closes it.
+func (a *app) namedEvents(ctx context.Context, args []string) (ids []int64, m *outbox.Manager, done func(), err error) {
+	if ids, err = parseIDs(args); err != nil {
+		return nil, nil, nil, err
+	}
+	if m, done, err = a.manager(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	return ids, m, done, nil
+}
+
 // reportRequeue prints which of ids a retry or replay changed and, for each
 // one it did not, why; it fails when any was left unchanged.
 func (a *app) reportRequeue(ctx context.Context, m *outbox.Manager, verb string, from outbox.Status, ids, changed []int64) error {

@@ -33,11 +33,7 @@ not discarded.`,
 			if reason == "" {
 				return usagef("missing --reason: say why the events are discarded; it becomes their last error")
 			}
-			ids, err := parseIDs(args)
-			if err != nil {
-				return err
-			}
-			m, closePool, err := a.manager(cmd.Context())
+			ids, m, closePool, err := a.namedEvents(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

@@ -51,11 +51,7 @@ Events a relay deleted or archived (its Retention setting) cannot be replayed.`,
 				return usagef("--dry-run and --yes go with --status processed; named events are replayed as named")
 			}
 			if !bulk {
-				ids, err := parseIDs(args)
-				if err != nil {
-					return err
-				}
-				m, closePool, err := a.manager(cmd.Context())
+				ids, m, closePool, err := a.namedEvents(cmd.Context(), args)
 				if err != nil {
 					return err
 				}

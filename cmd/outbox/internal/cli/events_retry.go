@@ -43,11 +43,7 @@ its status); it exits 1 when any named event was not retried.`,
 				return usagef("--dry-run goes with --status failed; named events are retried as named")
 			}
 			if !bulk {
-				ids, err := parseIDs(args)
-				if err != nil {
-					return err
-				}
-				m, closePool, err := a.manager(cmd.Context())
+				ids, m, closePool, err := a.namedEvents(cmd.Context(), args)
 				if err != nil {
 					return err
 				}
