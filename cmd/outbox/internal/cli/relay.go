@@ -294,13 +294,17 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 	}
 	a.logger.Info("relay publishing to sink", attrs...)
 	// The first SIGINT or SIGTERM ends ctx (a second one kills the
-	// process): say what happens now, and for how long at most.
+	// process): say what happens now, and for how long at most, before the
+	// relay starts stopping, so the line comes before "relay stopped".
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
 	stopNote := context.AfterFunc(ctx, func() {
 		a.logger.Info("shutdown signal received; finishing in-flight batches, up to --shutdown-timeout",
 			"shutdown_timeout", cfg.ShutdownTimeout)
+		stopRun()
 	})
 	defer stopNote()
-	return relay.Run(ctx)
+	return relay.Run(runCtx)
 }
 
 // merger fills the relay settings the command line leaves unset from the
