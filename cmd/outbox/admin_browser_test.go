@@ -203,7 +203,7 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	b.setFailed(t, ids[21], "webhook answered 422: unknown customer")
 	b.setFailed(t, ids[22], "webhook answered 500: upstream unavailable")
 	stuck := ids[23]
-	b.exec(t, `UPDATE {table} SET attempts = 3, last_error = 'timeout after 10s', available_at = now() + interval '1 hour' WHERE id = $1`, stuck)
+	b.exec(t, `UPDATE {table} SET attempts = 3, lease_expiries = 2, last_error = 'timeout after 10s', available_at = now() + interval '1 hour' WHERE id = $1`, stuck)
 	retried := ids[21]
 
 	dbURL, dbPassword := databaseURLWithPassword(t)
@@ -316,6 +316,10 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	e := b.event(t, stuck)
 	require.Equal(t, outbox.StatusFailed, e.Status)
 	require.Equal(t, "discarded by anonymous: customer deleted", e.LastError)
+	// Its detail page says how many of its attempts ended in a lease expiry.
+	br.do("open the stuck event", chromedp.Navigate(fmt.Sprintf("%s#/events/%d", base, stuck)))
+	br.waitJS("the stuck event's fields", `!!document.querySelector('#fields')`)
+	require.Contains(t, br.text("#fields"), "3 of the relay's default (2 ended in a lease expiry: publishing it may crash or stall the relay)")
 
 	// Back on the overview the charts show the flow.
 	br.do("open the overview", chromedp.Navigate(base+"#/"))

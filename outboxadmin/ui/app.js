@@ -643,7 +643,8 @@
           field('Type', e.event_type),
           field('Aggregate', aggregate(e)),
           field('Status', e.status),
-          field('Attempts', `${e.attempts} of ${e.max_attempts || 'the relay\'s default'}`),
+          field('Attempts', `${e.attempts} of ${e.max_attempts || 'the relay\'s default'}` +
+            (e.lease_expiries ? ` (${fmtInt(e.lease_expiries)} ended in a lease expiry: publishing it may crash or stall the relay)` : '')),
           field('Idempotency key', e.idempotency_key || '–'),
           field('Created', time(e.created_at)),
           field('Updated', time(e.updated_at)),
