@@ -183,6 +183,9 @@ func TestRelayLoopsTakeTurnsUnderLightTraffic(t *testing.T) {
 	// A batch never fills (a full claim lets every loop claim at once).
 	r := startRelay(t, outbox.Postgres(relayPool), b.schema, outbox.RelayConfig{Sink: rec, Workers: 4,
 		BatchSize: 10 * events, PollInterval: time.Hour})
+	// Write once the relay has claimed, so the events trickle into a
+	// running relay rather than waiting for its first claim as a backlog.
+	testutil.WaitFor(t, 10*time.Second, "the relay's first claim", func() bool { return len(tracer.spans()) > 0 })
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for range writers {
