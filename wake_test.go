@@ -117,7 +117,9 @@ type claimSpan struct {
 }
 
 // claimTracer records the claims a relay's pool runs (pgx.QueryTracer): the
-// claim is the one statement that sets status = 'processing'.
+// claim is the one statement that sets status = 'processing'. Should the
+// claim's SQL change so that nothing matches, the test fails waiting for
+// the relay's first claim rather than passing on no claims.
 type claimTracer struct {
 	mu     sync.Mutex
 	claims []claimSpan

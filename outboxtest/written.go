@@ -140,7 +140,7 @@ func requireMany(ctx context.Context, t TB, r reader, eventType string, n int, o
 	want := fmt.Sprintf("%d %s event%s%s", n, eventType, plural(n), m.describe())
 	switch {
 	case n == 0:
-		t.Fatalf("outboxtest: the transaction wrote %d %s event%s%s, want none: %s",
+		t.Fatalf("outboxtest: %d %s event%s%s visible in the transaction, want none: %s",
 			len(matched), eventType, plural(len(matched)), m.describe(), list(matched))
 	case len(matched) > n && many != "":
 		t.Fatalf("outboxtest: %d %s events%s are visible in the transaction, want 1 (for several, use %s): %s",

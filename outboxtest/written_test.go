@@ -207,7 +207,7 @@ func TestRequireWritten(t *testing.T) {
 				tx.none(tb, "order.created", with(base, outboxtest.WrittenOpts{AggregateID: "43"}))
 			})
 			fails(t, func(tb outboxtest.TB) { tx.none(tb, "order.paid", &base) },
-				"the transaction wrote 1 order.paid event, want none", `payload {"id":42}`)
+				"1 order.paid event visible in the transaction, want none", `payload {"id":42}`)
 
 			// A second order.created: one is now ambiguous, many counts them.
 			res2 := tx.write(outbox.Message{EventType: "order.created", AggregateType: "order", AggregateID: "43", Payload: map[string]int{"id": 43}})
