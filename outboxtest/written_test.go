@@ -273,3 +273,31 @@ func TestRequireWrittenReportsBadUse(t *testing.T) {
 	require.Len(t, f.failures, 2)
 	require.True(t, strings.HasPrefix(f.failures[0], "outboxtest: "))
 }
+
+func TestRequireWrittenBoundsItsMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := drivertest.OpenSQLiteFile(t, filepath.Join(t.TempDir(), "outbox.db"))
+	_, err := outbox.SQLite(db).Driver("").Migrate(ctx)
+	require.NoError(t, err)
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	w := outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectSQLite})
+	long := strings.Repeat("x", 300)
+	for i := range 12 {
+		_, err := w.WriteSQL(ctx, tx, outbox.Message{EventType: "big", AggregateID: fmt.Sprint(i), Payload: map[string]string{"s": long}})
+		require.NoError(t, err)
+	}
+	opts := &outboxtest.WrittenOpts{Dialect: outbox.DialectSQLite}
+	f := &fakeTB{}
+	outboxtest.RequireNotWrittenSQLTx(ctx, f, tx, "big", opts)
+	require.Len(t, f.failures, 1)
+	msg := f.failures[0]
+	require.Contains(t, msg, "12 big events visible in the transaction, want none")
+	require.Contains(t, msg, "#10 aggregate /9 payload {\"s\":\"xxx")
+	require.NotContains(t, msg, "#11 ")
+	require.True(t, strings.HasSuffix(msg, "… 2 more"), msg[len(msg)-40:])
+	require.Contains(t, msg, `x…;`, "payloads are cut at 200 bytes")
+	require.NotContains(t, msg, long[:250])
+}
