@@ -110,6 +110,10 @@ func RequireNotWrittenSQLTx(ctx context.Context, t TB, tx outbox.SQLTx, eventTyp
 // when set, is the function to suggest when more match than the one wanted.
 func requireMany(ctx context.Context, t TB, r reader, eventType string, n int, opts *WrittenOpts, many string) []outbox.Event {
 	t.Helper()
+	if n < 0 {
+		t.Fatalf("outboxtest: want %d %s events: n must be 0 or more", n, eventType)
+		return nil
+	}
 	if opts == nil {
 		opts = &WrittenOpts{}
 	}

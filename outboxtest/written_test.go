@@ -266,6 +266,9 @@ func TestRequireWrittenReportsBadUse(t *testing.T) {
 	fails(t, func(tb outboxtest.TB) {
 		outboxtest.RequireNotWrittenTx(ctx, tb, pool, "x", &outboxtest.WrittenOpts{Schema: schema + "_missing"})
 	}, "outboxtest: read the x events in the transaction (postgres): ", "does not exist")
+	fails(t, func(tb outboxtest.TB) {
+		outboxtest.RequireManyWrittenTx(ctx, tb, pool, "x", -1, &outboxtest.WrittenOpts{Schema: schema})
+	}, "outboxtest: want -1 x events: n must be 0 or more")
 	// A real testing.T stops at the failure; the fake returns zero values.
 	f := &fakeTB{}
 	require.Zero(t, outboxtest.RequireWrittenTx(ctx, f, pool, "x", &outboxtest.WrittenOpts{Schema: schema}))
