@@ -210,8 +210,10 @@
 // handlersink (Go functions in the same process), and natssink, kafkasink,
 // amqpsink, redissink and mqttsink for NATS JetStream, Kafka, RabbitMQ,
 // Redis Streams and MQTT; the route package picks a broker destination per
-// event. sinktest is the conformance suite every sink passes, and
-// outboxtest.Recorder is a recording sink for tests.
+// event. sinktest is the conformance suite every sink passes. outboxtest
+// helps applications' tests: outboxtest.RequireWrittenTx checks, inside a
+// transaction still open, that it wrote an event (of a type, aggregate,
+// payload, headers), and outboxtest.Recorder is a recording sink.
 //
 // # Operating
 //

@@ -2,11 +2,14 @@ package outbox_test
 
 import (
 	"context"
-	"sync/atomic"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -106,35 +109,125 @@ func TestRelayTrailingClaimPicksUpUnnotifiedEvents(t *testing.T) {
 	rec.WaitLen(t, 3, 10*time.Second)
 }
 
-// batchCounter counts the relay's batches.
-type batchCounter struct{ n atomic.Int64 }
+// claimSpan is one claim statement as the relay's connection saw it.
+type claimSpan struct {
+	start, end time.Time
+	rows       int64
+	err        error
+}
 
-func (c *batchCounter) OnBatch(context.Context, outbox.BatchInfo) { c.n.Add(1) }
+// claimTracer records the claims a relay's pool runs (pgx.QueryTracer): the
+// claim is the one statement that sets status = 'processing'. Should the
+// claim's SQL change so that nothing matches, the test fails waiting for
+// the relay's first claim rather than passing on no claims.
+type claimTracer struct {
+	mu     sync.Mutex
+	claims []claimSpan
+}
 
-// While events trickle in, the claim loops take turns: the whole relay
-// claims about once per trailing delay (5ms), however many loops it runs,
-// instead of every loop claiming on its own timer.
+type claimStartKey struct{}
+
+func (c *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(data.SQL, "SET status = 'processing'") {
+		return ctx
+	}
+	return context.WithValue(ctx, claimStartKey{}, time.Now())
+}
+
+func (c *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	start, ok := ctx.Value(claimStartKey{}).(time.Time)
+	if !ok {
+		return
+	}
+	end := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claims = append(c.claims, claimSpan{start: start, end: end, rows: data.CommandTag.RowsAffected(), err: data.Err})
+}
+
+// spans returns the claims recorded so far, in the order they started.
+func (c *claimTracer) spans() []claimSpan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(c.claims)
+	slices.SortFunc(out, func(a, b claimSpan) int { return a.start.Compare(b.start) })
+	return out
+}
+
+// While events trickle in, the claim loops take turns: after a claim that
+// found events but not a full batch, the next claim of the whole relay (any
+// loop's) starts no sooner than the trailing delay (5ms) after it ended,
+// instead of every loop claiming on its own timer. The test checks that
+// ordering on every claim, as the relay's own connections saw them, so it
+// does not depend on how fast the machine writes: a slow machine only makes
+// the gaps longer. Four writers wake the relay after every commit, so
+// events arrive faster than one per delay and loops claiming on their own
+// would start claims inside each other's delay (or overlap them).
 func TestRelayLoopsTakeTurnsUnderLightTraffic(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
+	tracer := &claimTracer{}
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = tracer
+	relayPool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+
 	rec := outboxtest.NewRecorder()
-	batches := &batchCounter{}
-	r := b.start(t, outbox.RelayConfig{Sink: rec, Workers: 4, PollInterval: time.Hour,
-		Hooks: []outbox.Hook{batches}})
-	const events = 150
-	start := time.Now()
-	for range events {
-		b.write(t, 1, nil)
-		r.Wake()
-		time.Sleep(time.Millisecond)
+	const (
+		writers   = 4
+		perWriter = 40
+		events    = writers * perWriter
+		// trailingClaimDelay in relay.go.
+		delay = 5 * time.Millisecond
+	)
+	// A batch never fills (a full claim lets every loop claim at once).
+	r := startRelay(t, outbox.Postgres(relayPool), b.schema, outbox.RelayConfig{Sink: rec, Workers: 4,
+		BatchSize: 10 * events, PollInterval: time.Hour})
+	// Write once the relay has claimed, so the events trickle into a
+	// running relay rather than waiting for its first claim as a backlog.
+	testutil.WaitFor(t, 10*time.Second, "the relay's first claim", func() bool { return len(tracer.spans()) > 0 })
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for range writers {
+		wg.Go(func() {
+			for range perWriter {
+				tx, err := b.pool.Begin(b.ctx)
+				if err == nil {
+					_, err = b.writer.Write(b.ctx, tx, outbox.Message{EventType: "trickle", Payload: 1})
+					if err == nil {
+						err = tx.Commit(b.ctx)
+					}
+					_ = tx.Rollback(b.ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				r.Wake()
+			}
+		})
 	}
-	rec.WaitLen(t, events, 10*time.Second)
-	elapsed := time.Since(start)
-	// One claim per 5ms at most, plus the claims that wake-ups bring
-	// forward after an empty one; four loops on timers of their own would
-	// claim nearly once per event.
-	limit := int64(elapsed/(5*time.Millisecond)) + 10
-	t.Logf("%d events in %v: %d batches", events, elapsed, batches.n.Load())
-	require.LessOrEqual(t, batches.n.Load(), min(limit, events*2/3),
-		"%d events in %v took %d batches", events, elapsed, batches.n.Load())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	rec.WaitLen(t, events, 30*time.Second)
+
+	claims := tracer.spans()
+	checked := 0
+	for i, c := range claims[:len(claims)-1] {
+		if c.err != nil || c.rows == 0 {
+			continue // after an error or an empty claim a wake-up may claim at once
+		}
+		next := claims[i+1]
+		require.GreaterOrEqual(t, next.start.Sub(c.end), delay,
+			"claim %d (%d events) ended at +%v and claim %d started at +%v, within the trailing delay: the loops claim on their own",
+			i, c.rows, c.end.Sub(claims[0].start), i+1, next.start.Sub(claims[0].start))
+		checked++
+	}
+	t.Logf("%d events, %d claims, %d of them found events and were checked", events, len(claims), checked)
+	require.Positive(t, checked, "no claim found events")
 }

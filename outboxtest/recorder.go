@@ -1,16 +1,3 @@
-// Package outboxtest helps applications test code that uses the outbox. It
-// has one type, Recorder: a Sink for a relay under test that keeps every
-// event it accepts, can be told to fail events instead (SetFail), and lets a
-// test wait until enough have arrived (WaitLen).
-//
-//	rec := outboxtest.NewRecorder()
-//	relay, err := outbox.NewRelay(db, outbox.RelayConfig{Sink: rec})
-//	// … start the relay, run the code that writes events …
-//	rec.WaitLen(t, 1, 5*time.Second)
-//	got := rec.Events()[0]
-//
-// To check what a transaction wrote without a relay, read the table with an
-// outbox.Manager (ListEvents, SearchEvents).
 package outboxtest
 
 import (

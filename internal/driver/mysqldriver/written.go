@@ -1,0 +1,15 @@
+package mysqldriver
+
+import "github.com/outboxkit/outbox/internal/driver"
+
+// WrittenQueries returns outboxtest's reads of the outbox table in schema
+// (the connection's database for "" and "public").
+func WrittenQueries(schema string) driver.Written {
+	t := Dialect{}.Table(schema, "outbox_events")
+	return driver.Written{
+		ByType: "SELECT `id`, `event_type`, coalesce(`aggregate_type`, ''), coalesce(`aggregate_id`, ''), `payload`, `headers`,\n" +
+			"    coalesce(`idempotency_key`, ''), `status`\n" +
+			"FROM " + t + " WHERE `event_type` = ? ORDER BY `id`",
+		Types: "SELECT `event_type`, count(*) FROM " + t + " GROUP BY `event_type` ORDER BY `event_type`",
+	}
+}
