@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -217,21 +218,21 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	if c.RelayID == "" {
 		c.RelayID = DefaultRelayID()
 	}
-	setDefault(&c.Retention, RetainProcessed)
-	setDefault(&c.BatchSize, BatchSizeDefault)
-	setDefault(&c.Workers, WorkersDefault)
-	setDefault(&c.PollInterval, PollIntervalDefault)
-	setDefault(&c.Lease, LeaseDefault)
-	setDefault(&c.SinkTimeout, min(SinkTimeoutDefault, c.Lease/2))
-	setDefault(&c.DBTimeout, min(DBTimeoutDefault, c.Lease/2))
-	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
-	setDefault(&c.BackoffBase, BackoffBaseDefault)
-	setDefault(&c.BackoffMax, BackoffMaxDefault)
-	setDefault(&c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
-	setDefault(&c.ProbeInterval, ProbeIntervalDefault)
-	setDefault(&c.ProbeIntervalMax, max(ProbeIntervalMaxDefault, c.ProbeInterval))
-	setDefault(&c.SummaryInterval, SummaryIntervalDefault)
-	setDefault(&c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, max(c.Lease-time.Second, c.Lease/2)))
+	c.Retention = cmp.Or(c.Retention, RetainProcessed)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.SinkTimeout = cmp.Or(c.SinkTimeout, min(SinkTimeoutDefault, c.Lease/2))
+	c.DBTimeout = cmp.Or(c.DBTimeout, min(DBTimeoutDefault, c.Lease/2))
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.BackoffBase = cmp.Or(c.BackoffBase, BackoffBaseDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	c.RescueInterval = cmp.Or(c.RescueInterval, min(max(c.Lease/4, time.Second), 15*time.Second))
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, ProbeIntervalDefault)
+	c.ProbeIntervalMax = cmp.Or(c.ProbeIntervalMax, max(ProbeIntervalMaxDefault, c.ProbeInterval))
+	c.SummaryInterval = cmp.Or(c.SummaryInterval, SummaryIntervalDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, max(c.Lease-time.Second, c.Lease/2)))
 	c.scheduleDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -334,13 +335,6 @@ func DefaultRelayID() string {
 		host = "relay"
 	}
 	return fmt.Sprintf("%s:%d", host, os.Getpid())
-}
-
-func setDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
 }
 
 var errStopped = errors.New("relay stopped")

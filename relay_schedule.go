@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,11 +89,11 @@ func (c *RelayConfig) scheduleDefaults() {
 	if !c.schedulesJobs() {
 		return
 	}
-	setDefault(&c.PurgeInterval, PurgeIntervalDefault)
-	setDefault(&c.PurgeBatchSize, PurgeBatchSizeDefault)
-	setDefault(&c.ScheduleLease, ScheduleLeaseDefault)
+	c.PurgeInterval = cmp.Or(c.PurgeInterval, PurgeIntervalDefault)
+	c.PurgeBatchSize = cmp.Or(c.PurgeBatchSize, PurgeBatchSizeDefault)
+	c.ScheduleLease = cmp.Or(c.ScheduleLease, ScheduleLeaseDefault)
 	if c.DeadLetterRetry > 0 {
-		setDefault(&c.DeadLetterRetries, DeadLetterRetriesDefault)
+		c.DeadLetterRetries = cmp.Or(c.DeadLetterRetries, DeadLetterRetriesDefault)
 	}
 }
 

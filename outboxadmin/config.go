@@ -1,6 +1,7 @@
 package outboxadmin
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,21 +85,11 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.BasePath == "" {
-		c.BasePath = BasePathDefault
-	}
-	if c.SampleInterval == 0 {
-		c.SampleInterval = SampleIntervalDefault
-	}
-	if c.History == 0 {
-		c.History = HistoryDefault
-	}
-	if c.QueryTimeout == 0 {
-		c.QueryTimeout = QueryTimeoutDefault
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.BasePath = cmp.Or(c.BasePath, BasePathDefault)
+	c.SampleInterval = cmp.Or(c.SampleInterval, SampleIntervalDefault)
+	c.History = cmp.Or(c.History, HistoryDefault)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
 	return c
 }
 

@@ -21,6 +21,7 @@
 package outboxalert
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,12 +102,12 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	setDefault(&c.Interval, IntervalDefault)
-	setDefault(&c.MaxEvents, MaxEventsDefault)
-	setDefault(&c.Retries, RetriesDefault)
-	setDefault(&c.RetryBackoff, RetryBackoffDefault)
-	setDefault(&c.Timeout, TimeoutDefault)
-	setDefault(&c.Schema, outbox.SchemaDefault)
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.MaxEvents = cmp.Or(c.MaxEvents, MaxEventsDefault)
+	c.Retries = cmp.Or(c.Retries, RetriesDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	c.Schema = cmp.Or(c.Schema, outbox.SchemaDefault)
 	// A copy, so the caller's client is left as it was.
 	client := http.Client{}
 	if c.Client != nil {
@@ -114,9 +115,7 @@ func (c Config) WithDefaults() Config {
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	c.Client = &client
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 
@@ -287,11 +286,4 @@ func (a *Alerter) take() *Alert {
 		alert.finish(a.now())
 	}
 	return alert
-}
-
-func setDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/outboxotel"
+	"github.com/outboxkit/outbox/route"
 )
 
 func benchEvent() *outbox.Event {
@@ -26,7 +27,12 @@ func BenchmarkOnPublish(b *testing.B) {
 		tp   trace.TracerProvider
 	}{{"noop", nil}, {"recording", tp}} {
 		b.Run(bc.name, func(b *testing.B) {
-			tracing := outboxotel.New(outboxotel.Config{TracerProvider: bc.tp, System: "kafka"})
+			// The default route, as a Kafka sink renders it per event.
+			router, err := route.New("")
+			if err != nil {
+				b.Fatal(err)
+			}
+			tracing := outboxotel.New(outboxotel.Config{TracerProvider: bc.tp, System: outboxotel.SystemKafka, Router: router})
 			ctx := context.Background()
 			e := benchEvent()
 			stored := e.Headers

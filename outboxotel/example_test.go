@@ -16,7 +16,7 @@ import (
 func Example() {
 	tp := sdktrace.NewTracerProvider()
 	defer tp.Shutdown(context.Background())
-	tracing := outboxotel.New(outboxotel.Config{TracerProvider: tp, System: "nats"})
+	tracing := outboxotel.New(outboxotel.Config{TracerProvider: tp, System: outboxotel.SystemNATS})
 
 	// The writer stores the request's trace context with each event...
 	writerCfg := outbox.WriterConfig{HeadersFromContext: tracing.HeadersFromContext}

@@ -5,7 +5,7 @@
 // context in the headers, so the broker message carries it on to the
 // consumer.
 //
-//	tracing := outboxotel.New(outboxotel.Config{System: "kafka"})
+//	tracing := outboxotel.New(outboxotel.Config{System: outboxotel.SystemKafka, Router: router})
 //	writer := outbox.NewWriter(outbox.WriterConfig{HeadersFromContext: tracing.HeadersFromContext})
 //	relay, err := outbox.NewRelay(db, outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{tracing}})
 //
@@ -19,6 +19,18 @@
 // link from the publish span back to the request. Set Config.ChildOfWriter
 // for one trace per event from the request to the consumer instead.
 //
+// # Span names and destinations
+//
+// Publish spans follow the OpenTelemetry messaging conventions: the name is
+// "{operation} {destination}", such as "send order.order_created", where
+// the operation is "send" (messaging.operation.type and .name) and the
+// destination is the topic, subject or stream the sink publishes the event
+// to. Give Config.Router the sink's route.Router and each span names the
+// destination the router renders for its event, as the sink does; a sink
+// without destinations (webhook, stdout, handlers) leaves it out and the
+// span is named "send". A route template with {aggregate_id} or {id} makes
+// as many span names as events, which trace backends group poorly.
+//
 // # Cost without tracing
 //
 // Until an SDK tracer provider is installed (otel.SetTracerProvider, or
@@ -29,6 +41,7 @@
 package outboxotel
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"strconv"
@@ -42,13 +55,32 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/route"
 )
 
 // TracerName is the instrumentation scope of the publish spans.
 const TracerName = "github.com/outboxkit/outbox/outboxotel"
 
-// SpanNamePrefix starts every publish span's name; the event type follows.
-const SpanNamePrefix = "outbox publish "
+// Operation is the messaging.operation.name of publish spans and the first
+// word of their names: the messaging conventions' operation type for a
+// producer handing messages to a broker.
+const Operation = "send"
+
+// Values of Config.System. Kafka and RabbitMQ are values of the
+// conventions' messaging.system registry; NATS, Redis and MQTT are not in it
+// (the NATS conventions, still in development, name it "nats"), so they use
+// the system's lower-case name, as the conventions allow.
+const (
+	SystemKafka    = "kafka"
+	SystemRabbitMQ = "rabbitmq"
+	SystemNATS     = "nats"
+	SystemRedis    = "redis"
+	SystemMQTT     = "mqtt"
+)
+
+// rabbitMQDefaultExchange names the destination of a message with neither an
+// exchange nor a routing key, per the RabbitMQ conventions.
+const rabbitMQDefaultExchange = "amq.default"
 
 // Attribute keys outboxotel sets beside the messaging.* conventions.
 const (
@@ -69,12 +101,21 @@ type Config struct {
 	// back. Defaults to propagation.TraceContext: the W3C traceparent and
 	// tracestate headers. Sinks carry the headers into the broker message.
 	Propagator propagation.TextMapPropagator
-	// System is the messaging.system attribute of publish spans, such as
-	// "kafka", "nats" or "rabbitmq". Unset, the attribute is omitted.
+	// System is the messaging.system attribute of publish spans: one of the
+	// System constants, such as SystemKafka or SystemRabbitMQ (not "amqp").
+	// Leave it unset for a sink that is not a messaging system (webhook,
+	// stdout, handlers): the attribute is then omitted.
 	System string
-	// Destination is the messaging.destination.name attribute, for a sink
-	// that publishes every event to one topic, subject or queue. Unset, the
-	// attribute is omitted.
+	// Router is the sink's router: each publish span's destination
+	// (messaging.destination.name and the second word of its name) is the
+	// topic, subject or stream key it renders for the span's event. For
+	// SystemRabbitMQ it renders the routing key. Unset, Destination is used.
+	Router *route.Router
+	// Destination is the destination of every event when Router is unset,
+	// for a sink that publishes to one topic, subject or queue. For
+	// SystemRabbitMQ it is the exchange (empty for the default exchange),
+	// and the destination is "exchange:routing key". Unset with Router
+	// unset, spans have no destination and are named "send".
 	Destination string
 	// ChildOfWriter makes each publish span a child of the writer's span,
 	// continuing its trace, instead of the root of a new trace linked to
@@ -153,14 +194,17 @@ func (t *Tracing) OnPublish(ctx context.Context, e *outbox.Event) func(err error
 	}
 	// The name is set once the span records, so the no-op path does not
 	// build it.
-	spanCtx, span := t.tracer.Start(ctx, "outbox publish", opts...)
+	spanCtx, span := t.tracer.Start(ctx, Operation, opts...)
 	sc := span.SpanContext()
 	if !sc.IsValid() {
 		return nil // no tracer provider installed: nothing to trace or hand on
 	}
 	if span.IsRecording() {
-		span.SetName(SpanNamePrefix + e.EventType)
-		span.SetAttributes(t.attributes(e)...)
+		dest, key := t.destination(e)
+		if dest != "" {
+			span.SetName(Operation + " " + dest)
+		}
+		span.SetAttributes(t.attributes(e, dest, key)...)
 		if !t.cfg.ChildOfWriter {
 			stored := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(e.Headers)))
 			if stored.IsValid() {
@@ -191,11 +235,34 @@ var (
 	childStart  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
 )
 
-func (t *Tracing) attributes(e *outbox.Event) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 12)
+// destination returns e's messaging.destination.name and, for RabbitMQ,
+// its routing key.
+func (t *Tracing) destination(e *outbox.Event) (dest, routingKey string) {
+	var rendered string
+	if t.cfg.Router != nil {
+		rendered = t.cfg.Router.Route(e)
+	}
+	if t.cfg.System != SystemRabbitMQ {
+		return cmp.Or(rendered, t.cfg.Destination), ""
+	}
+	exchange := t.cfg.Destination
+	switch {
+	case t.cfg.Router == nil:
+		return exchange, "" // the routing key is not known here
+	case exchange != "" && rendered != "":
+		return exchange + ":" + rendered, rendered
+	case exchange == "" && rendered == "":
+		return rabbitMQDefaultExchange, ""
+	default:
+		return exchange + rendered, rendered
+	}
+}
+
+func (t *Tracing) attributes(e *outbox.Event, dest, routingKey string) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 13)
 	attrs = append(attrs,
 		semconv.MessagingOperationTypeSend,
-		semconv.MessagingOperationName("publish"),
+		semconv.MessagingOperationName(Operation),
 		semconv.MessagingMessageID(strconv.FormatInt(e.ID, 10)),
 		semconv.MessagingMessageBodySize(len(e.Payload)),
 		AttrEventType.String(e.EventType),
@@ -204,8 +271,11 @@ func (t *Tracing) attributes(e *outbox.Event) []attribute.KeyValue {
 	if t.cfg.System != "" {
 		attrs = append(attrs, semconv.MessagingSystemKey.String(t.cfg.System))
 	}
-	if t.cfg.Destination != "" {
-		attrs = append(attrs, semconv.MessagingDestinationName(t.cfg.Destination))
+	if dest != "" {
+		attrs = append(attrs, semconv.MessagingDestinationName(dest))
+	}
+	if routingKey != "" {
+		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
 	}
 	if e.AggregateType != "" {
 		attrs = append(attrs, AttrAggregateType.String(e.AggregateType))

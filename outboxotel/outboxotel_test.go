@@ -24,6 +24,7 @@ import (
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/outboxotel"
 	"github.com/outboxkit/outbox/outboxtest"
+	"github.com/outboxkit/outbox/route"
 )
 
 type bundle struct {
@@ -103,7 +104,7 @@ func (b bundle) publishSpan(t *testing.T, eventType string) sdktrace.ReadOnlySpa
 	var found sdktrace.ReadOnlySpan
 	testutil.WaitFor(t, 30*time.Second, "the publish span of "+eventType, func() bool {
 		for _, s := range b.spans.Ended() {
-			if s.Name() == outboxotel.SpanNamePrefix+eventType {
+			if attrs(s)[outboxotel.AttrEventType].AsString() == eventType {
 				found = s
 				return true
 			}
@@ -144,6 +145,7 @@ func TestTraceFromRequestToSinkIsLinked(t *testing.T) {
 	// The sink got the publish span's context: a new trace, linked back to
 	// the handler's span.
 	span := b.publishSpan(t, "order.created")
+	require.Equal(t, "send orders", span.Name())
 	require.Equal(t, trace.SpanKindProducer, span.SpanKind())
 	sinkSC := parseTraceparent(t, delivered.Headers)
 	require.Equal(t, span.SpanContext().TraceID(), sinkSC.TraceID())
@@ -158,7 +160,7 @@ func TestTraceFromRequestToSinkIsLinked(t *testing.T) {
 	require.Equal(t, "kafka", a["messaging.system"].AsString())
 	require.Equal(t, "orders", a["messaging.destination.name"].AsString())
 	require.Equal(t, "send", a["messaging.operation.type"].AsString())
-	require.Equal(t, "publish", a["messaging.operation.name"].AsString())
+	require.Equal(t, "send", a["messaging.operation.name"].AsString())
 	require.Equal(t, "corr-1", a["messaging.message.conversation_id"].AsString())
 	require.Equal(t, "order.created", a[outboxotel.AttrEventType].AsString())
 	require.Equal(t, "42", a[outboxotel.AttrAggregateID].AsString())
@@ -195,6 +197,11 @@ func TestPublishErrorIsRecorded(t *testing.T) {
 	})
 	b.order(t, "order.bad")
 	span := b.publishSpan(t, "order.bad")
+	// No system, no destination: the span is named after the operation
+	// alone.
+	require.Equal(t, "send", span.Name())
+	require.NotContains(t, attrs(span), attribute.Key("messaging.system"))
+	require.NotContains(t, attrs(span), attribute.Key("messaging.destination.name"))
 	require.Equal(t, codes.Error, span.Status().Code)
 	require.Equal(t, "schema violation", span.Status().Description)
 	require.Equal(t, "permanent", attrs(span)["error.type"].AsString())
@@ -262,4 +269,76 @@ func TestNoopCostsNoAllocations(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = tracing.HeadersFromContext(ctx) }))
 	// One: the context the no-op Start returns.
 	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = tracing.OnPublish(ctx, e) }), 1.0)
+}
+
+// TestSpanNameAndDestinationFollowTheRoute checks that each span is named
+// "send {destination}" with the destination the sink's router renders for
+// its event, and RabbitMQ's exchange:routing key form.
+func TestSpanNameAndDestinationFollowTheRoute(t *testing.T) {
+	t.Parallel()
+	router, err := route.New("", route.Rule{EventType: "user.*", Topic: "users.{event_type}"})
+	require.NoError(t, err)
+	byHeader, err := route.New("{header.rk}")
+	require.NoError(t, err)
+	order := outbox.Event{ID: 7, EventType: "order_created", AggregateType: "order", Headers: map[string]string{}}
+	user := outbox.Event{ID: 8, EventType: "user.deleted", Headers: map[string]string{}}
+	overridden := outbox.Event{ID: 9, EventType: "order_created", AggregateType: "order", Headers: map[string]string{route.Header: "audit"}}
+	for _, tc := range []struct {
+		name     string
+		cfg      outboxotel.Config
+		event    outbox.Event
+		wantName string
+		wantDest string // "" for no messaging.destination.name
+		wantKey  string // messaging.rabbitmq.destination.routing_key
+	}{
+		{name: "default template", cfg: outboxotel.Config{System: outboxotel.SystemKafka, Router: router},
+			event: order, wantName: "send order.order_created", wantDest: "order.order_created"},
+		{name: "rule", cfg: outboxotel.Config{System: outboxotel.SystemNATS, Router: router},
+			event: user, wantName: "send users.user.deleted", wantDest: "users.user.deleted"},
+		{name: "header override", cfg: outboxotel.Config{System: outboxotel.SystemRedis, Router: router},
+			event: overridden, wantName: "send audit", wantDest: "audit"},
+		{name: "router wins over the static destination", cfg: outboxotel.Config{Router: router, Destination: "static"},
+			event: order, wantName: "send order.order_created", wantDest: "order.order_created"},
+		{name: "static destination", cfg: outboxotel.Config{System: outboxotel.SystemKafka, Destination: "orders"},
+			event: user, wantName: "send orders", wantDest: "orders"},
+		{name: "no destination", cfg: outboxotel.Config{},
+			event: order, wantName: "send"},
+		{name: "rabbitmq exchange and routing key", cfg: outboxotel.Config{System: outboxotel.SystemRabbitMQ, Router: router, Destination: "events"},
+			event: order, wantName: "send events:order.order_created", wantDest: "events:order.order_created", wantKey: "order.order_created"},
+		{name: "rabbitmq default exchange", cfg: outboxotel.Config{System: outboxotel.SystemRabbitMQ, Router: router},
+			event: user, wantName: "send users.user.deleted", wantDest: "users.user.deleted", wantKey: "users.user.deleted"},
+		{name: "rabbitmq default exchange, empty routing key", cfg: outboxotel.Config{System: outboxotel.SystemRabbitMQ, Router: byHeader},
+			event: order, wantName: "send amq.default", wantDest: "amq.default"},
+		{name: "rabbitmq without router", cfg: outboxotel.Config{System: outboxotel.SystemRabbitMQ, Destination: "events"},
+			event: order, wantName: "send events", wantDest: "events"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			spans := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+			t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+			tc.cfg.TracerProvider = tp
+			e := tc.event
+			outboxotel.New(tc.cfg).OnPublish(context.Background(), &e)(nil)
+			require.Len(t, spans.Ended(), 1)
+			span := spans.Ended()[0]
+			require.Equal(t, tc.wantName, span.Name())
+			a := attrs(span)
+			if tc.wantDest == "" {
+				require.NotContains(t, a, attribute.Key("messaging.destination.name"))
+			} else {
+				require.Equal(t, tc.wantDest, a["messaging.destination.name"].AsString())
+			}
+			if tc.wantKey == "" {
+				require.NotContains(t, a, attribute.Key("messaging.rabbitmq.destination.routing_key"))
+			} else {
+				require.Equal(t, tc.wantKey, a["messaging.rabbitmq.destination.routing_key"].AsString())
+			}
+			if tc.cfg.System == "" {
+				require.NotContains(t, a, attribute.Key("messaging.system"))
+			} else {
+				require.Equal(t, tc.cfg.System, a["messaging.system"].AsString())
+			}
+		})
+	}
 }

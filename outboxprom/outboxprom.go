@@ -21,6 +21,7 @@
 package outboxprom
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,18 +89,10 @@ func (c Config) WithDefaults() Config {
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
 	}
-	if c.SampleInterval == 0 {
-		c.SampleInterval = SampleIntervalDefault
-	}
-	if c.SampleTimeout == 0 {
-		c.SampleTimeout = SampleTimeoutDefault
-	}
-	if c.Schema == "" {
-		c.Schema = outbox.SchemaDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.SampleInterval = cmp.Or(c.SampleInterval, SampleIntervalDefault)
+	c.SampleTimeout = cmp.Or(c.SampleTimeout, SampleTimeoutDefault)
+	c.Schema = cmp.Or(c.Schema, outbox.SchemaDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

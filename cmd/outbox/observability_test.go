@@ -237,7 +237,9 @@ func TestRelayOpenTelemetry(t *testing.T) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for i, sp := range c.spans {
-			if sp.GetName() == "outbox publish order.created" {
+			// stdout is no messaging system and has no destination: the
+			// span is named after the operation alone.
+			if sp.GetName() == "send" {
 				span, service = sp, c.names[i]
 				return true
 			}
@@ -254,7 +256,8 @@ func TestRelayOpenTelemetry(t *testing.T) {
 		attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
 	}
 	require.Equal(t, fmt.Sprint(id), attrs["messaging.message.id"])
-	require.Equal(t, "stdout", attrs["messaging.system"])
+	require.NotContains(t, attrs, "messaging.system")
+	require.NotContains(t, attrs, "messaging.destination.name")
 
 	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
 	// The sink printed the publish span's context, not the writer's.

@@ -15,6 +15,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -205,15 +206,15 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	setDefault(&c.Events, EventsDefault)
-	setDefault(&c.BatchSize, BatchSizeDefault)
-	setDefault(&c.Workers, WorkersDefault)
-	setDefault(&c.Writers, WritersDefault)
-	setDefault(&c.PayloadSize, PayloadSizeDefault)
-	setDefault(&c.Duration, DurationDefault)
-	setDefault(&c.Rate, RateDefault)
-	setDefault(&c.PollInterval, PollIntervalDefault)
-	setDefault(&c.SchemaPrefix, SchemaPrefixDefault)
+	c.Events = cmp.Or(c.Events, EventsDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.Writers = cmp.Or(c.Writers, WritersDefault)
+	c.PayloadSize = cmp.Or(c.PayloadSize, PayloadSizeDefault)
+	c.Duration = cmp.Or(c.Duration, DurationDefault)
+	c.Rate = cmp.Or(c.Rate, RateDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.SchemaPrefix = cmp.Or(c.SchemaPrefix, SchemaPrefixDefault)
 	if len(c.Retentions) == 0 {
 		c.Retentions = []outbox.Retention{outbox.RetainProcessed}
 	}
@@ -229,9 +230,7 @@ func (c Config) WithDefaults() Config {
 	if c.SinkName == "" {
 		c.SinkName = fmt.Sprintf("%T", c.Sink)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 
@@ -287,13 +286,6 @@ func (c Config) Validate() error {
 }
 
 var schemaPrefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
-
-func setDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
-}
 
 // errSinkFailed ends a scenario whose sink rejected an event: with retries
 // in play the numbers would measure the backoff, not the relay.

@@ -1,6 +1,7 @@
 package amqpsink
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -105,30 +106,14 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.ExchangeType == "" {
-		c.ExchangeType = ExchangeTypeDefault
-	}
-	if c.Source == "" {
-		c.Source = SourceDefault
-	}
-	if c.PropertyPrefix == "" {
-		c.PropertyPrefix = PropertyPrefixDefault
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = DialTimeoutDefault
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = HeartbeatDefault
-	}
-	if c.ReconnectWait == 0 {
-		c.ReconnectWait = ReconnectWaitDefault
-	}
-	if c.ConnectionName == "" {
-		c.ConnectionName = ConnectionNameDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.ExchangeType = cmp.Or(c.ExchangeType, ExchangeTypeDefault)
+	c.Source = cmp.Or(c.Source, SourceDefault)
+	c.PropertyPrefix = cmp.Or(c.PropertyPrefix, PropertyPrefixDefault)
+	c.DialTimeout = cmp.Or(c.DialTimeout, DialTimeoutDefault)
+	c.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
+	c.ReconnectWait = cmp.Or(c.ReconnectWait, ReconnectWaitDefault)
+	c.ConnectionName = cmp.Or(c.ConnectionName, ConnectionNameDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

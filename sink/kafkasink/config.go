@@ -1,6 +1,7 @@
 package kafkasink
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -103,22 +104,13 @@ func (c Config) WithDefaults() Config {
 	if c.Router == nil {
 		c.Router, _ = route.New("") // the default template always parses
 	}
-	setDefault(&c.Source, SourceDefault)
-	setDefault(&c.ClientID, ClientIDDefault)
-	setDefault(&c.ConnectTimeout, ConnectTimeoutDefault)
-	setDefault(&c.MaxRecordBytes, MaxRecordBytesDefault)
-	setDefault(&c.Compression, CompressionDefault)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Source = cmp.Or(c.Source, SourceDefault)
+	c.ClientID = cmp.Or(c.ClientID, ClientIDDefault)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, ConnectTimeoutDefault)
+	c.MaxRecordBytes = cmp.Or(c.MaxRecordBytes, MaxRecordBytesDefault)
+	c.Compression = cmp.Or(c.Compression, CompressionDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
-}
-
-func setDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
 }
 
 // validate checks c, which has its defaults, and returns the seed brokers

@@ -1,6 +1,7 @@
 package mqttsink
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -78,21 +79,11 @@ func (c Config) WithDefaults() Config {
 		_, _ = rand.Read(b[:])
 		c.ClientID = ClientIDPrefixDefault + hex.EncodeToString(b[:])
 	}
-	if c.Source == "" {
-		c.Source = SourceDefault
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = DialTimeoutDefault
-	}
-	if c.KeepAlive == 0 {
-		c.KeepAlive = KeepAliveDefault
-	}
-	if c.ReconnectWait == 0 {
-		c.ReconnectWait = ReconnectWaitDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Source = cmp.Or(c.Source, SourceDefault)
+	c.DialTimeout = cmp.Or(c.DialTimeout, DialTimeoutDefault)
+	c.KeepAlive = cmp.Or(c.KeepAlive, KeepAliveDefault)
+	c.ReconnectWait = cmp.Or(c.ReconnectWait, ReconnectWaitDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

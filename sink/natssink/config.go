@@ -1,6 +1,7 @@
 package natssink
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -121,25 +122,16 @@ func (c Config) WithDefaults() Config {
 	if c.Router == nil {
 		c.Router, _ = route.New("") // the default template always parses
 	}
-	setDefault(&c.Source, SourceDefault)
-	setDefault(&c.Name, NameDefault)
-	setDefault(&c.ConnectTimeout, ConnectTimeoutDefault)
-	setDefault(&c.AckTimeout, AckTimeoutDefault)
-	setDefault(&c.ReconnectWait, ReconnectWaitDefault)
-	setDefault(&c.MaxPending, MaxPendingDefault)
-	setDefault(&c.DuplicateWindow, DuplicateWindowDefault)
-	setDefault(&c.NoStreamRetries, NoStreamRetriesDefault)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Source = cmp.Or(c.Source, SourceDefault)
+	c.Name = cmp.Or(c.Name, NameDefault)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, ConnectTimeoutDefault)
+	c.AckTimeout = cmp.Or(c.AckTimeout, AckTimeoutDefault)
+	c.ReconnectWait = cmp.Or(c.ReconnectWait, ReconnectWaitDefault)
+	c.MaxPending = cmp.Or(c.MaxPending, MaxPendingDefault)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DuplicateWindowDefault)
+	c.NoStreamRetries = cmp.Or(c.NoStreamRetries, NoStreamRetriesDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
-}
-
-func setDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
 }
 
 // validate checks c, which has its defaults, and returns the server URLs

@@ -1,6 +1,7 @@
 package redissink
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -61,15 +62,9 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Source == "" {
-		c.Source = SourceDefault
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = DialTimeoutDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Source = cmp.Or(c.Source, SourceDefault)
+	c.DialTimeout = cmp.Or(c.DialTimeout, DialTimeoutDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

@@ -1,6 +1,7 @@
 package webhooksink
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -85,18 +86,10 @@ type Config struct {
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Source == "" {
-		c.Source = SourceDefault
-	}
-	if c.Timeout == 0 {
-		c.Timeout = TimeoutDefault
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = ConcurrencyDefault
-	}
-	if c.UserAgent == "" {
-		c.UserAgent = UserAgentDefault
-	}
+	c.Source = cmp.Or(c.Source, SourceDefault)
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.UserAgent = cmp.Or(c.UserAgent, UserAgentDefault)
 	return c
 }
 

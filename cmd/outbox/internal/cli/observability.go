@@ -45,6 +45,9 @@ type observability struct {
 	metricsAddr  string
 	alertWebhook string
 	otel         bool
+	// target is what publish spans name; the relay command sets it from
+	// the sink it opened.
+	target tracingTarget
 }
 
 func (o *observability) addFlags(f *pflag.FlagSet) {
@@ -161,7 +164,9 @@ func (a *app) startObservers(ctx context.Context, o *observability, db outbox.Da
 			return nil, err
 		}
 		obs.tracer = tp
-		cfg.Hooks = append(cfg.Hooks, outboxotel.New(outboxotel.Config{TracerProvider: tp, System: sink}))
+		tc := o.target.config()
+		tc.TracerProvider = tp
+		cfg.Hooks = append(cfg.Hooks, outboxotel.New(tc))
 	}
 	return obs, nil
 }

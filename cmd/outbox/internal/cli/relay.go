@@ -231,6 +231,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return m.relayConfigError(err)
 	}
+	rf.obs.target = sinkTracingTarget(rf.sinkURL, router)
 	return a.runRelay(cmd.Context(), rawDB, pc, cfg, desc, &rf.obs)
 }
 
