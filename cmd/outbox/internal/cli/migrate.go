@@ -121,13 +121,17 @@ func partitionError(err error) error {
 	return err
 }
 
-// databaseURLOrEnv is --database-url or $OUTBOX_DATABASE_URL, possibly
-// empty.
+// databaseURLOrEnv is --database-url, $OUTBOX_DATABASE_URL or the
+// --config file's database.url, possibly empty.
 func (a *app) databaseURLOrEnv() string {
 	if a.databaseURLFlag != "" {
 		return a.databaseURLFlag
 	}
-	return os.Getenv(EnvDatabaseURL)
+	if u := os.Getenv(EnvDatabaseURL); u != "" {
+		return u
+	}
+	u, _, _ := a.fileDatabaseURL()
+	return u
 }
 
 // offlineDatabase is a Database without a pool of the kind raw names, for
