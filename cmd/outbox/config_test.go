@@ -120,6 +120,13 @@ func TestConfigFileErrorsEveryCommand(t *testing.T) {
 	res = run(t, nil, "--config", path, "stats")
 	requireFail(t, res, 2, "invalid database.url ("+path+":2): cannot parse")
 	require.NotContains(t, res.stderr, "Sup3rS3cret")
+	// Global settings from the file are named by their key and line.
+	path = configFile(t, "database:\n  pgbouncer: true\n")
+	res = run(t, []string{db}, "--config", path, "migrate")
+	requireFail(t, res, 2, "invalid database.pgbouncer ("+path+":2): outbox migrate holds a session's advisory lock")
+	path = configFile(t, "database:\n  schema: pg_catalog\n")
+	res = run(t, []string{db}, "--config", path, "migrate")
+	requireFail(t, res, 2, `invalid database.schema (`+path+`:2) "pg_catalog": PostgreSQL keeps that name for its own catalogs`)
 	// Without a URL anywhere, the error says the file may hold one.
 	res = run(t, nil, "--config", configFile(t, "database:\n  schema: s\n"), "stats")
 	requireFail(t, res, 2, "no database: pass --database-url or set OUTBOX_DATABASE_URL (or database.url in the --config file)")

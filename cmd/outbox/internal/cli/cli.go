@@ -102,7 +102,8 @@ type app struct {
 	logLevel        string
 	showVersion     bool // --version: print what outbox version prints
 	configPath      string
-	file            *fileConfig // the --config file; nil without one
+	file            *fileConfig       // the --config file; nil without one
+	fileOrigins     map[string]string // global flags set from the file: their key and line
 
 	logger *slog.Logger
 }

@@ -31,17 +31,27 @@ func (a *app) loadConfig(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	a.file = file
+	a.file, a.fileOrigins = file, map[string]string{}
 	given := cmd.Flags().Changed
 	for flag, dst := range map[string]*string{"schema": &a.schema, "log-level": &a.logLevel, "log-format": &a.logFormat} {
 		if v, ok := file.get(flag); ok && !given(flag) {
-			*dst = v.str
+			*dst, a.fileOrigins[flag] = v.str, v.origin()
 		}
 	}
 	if v, ok := file.get("pgbouncer"); ok && !given("pgbouncer") {
-		a.pgbouncer = v.flag
+		a.pgbouncer, a.fileOrigins["pgbouncer"] = v.flag, v.origin()
 	}
 	return nil
+}
+
+// globalName says how the operator set the global flag: the config file
+// key and line when it came from there, else the flag (which its
+// environment variable stands for).
+func (a *app) globalName(flag string) string {
+	if o, ok := a.fileOrigins[flag]; ok {
+		return o
+	}
+	return "--" + flag
 }
 
 // isRelayCommand reports whether cmd is outbox relay.

@@ -44,7 +44,7 @@ func (a *app) databaseURL(fallback string) (string, error) {
 	}
 	a.redact.addDatabaseURL(u)
 	if a.pgbouncer && isSQLURL(u) {
-		return "", usagef("invalid --pgbouncer: PgBouncer pools PostgreSQL connections, and the database URL names %s; remove the flag", dburl.Redact(u))
+		return "", usagef("invalid %s: PgBouncer pools PostgreSQL connections, and the database URL names %s; remove the flag", a.globalName("pgbouncer"), dburl.Redact(u))
 	}
 	return u, nil
 }
