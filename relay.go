@@ -230,6 +230,14 @@ func (r *Relay) Start(ctx context.Context) error {
 // them over, without spending an attempt), and it logs how many, until
 // when and why. Stop on a relay that is not running returns nil.
 func (r *Relay) Stop(ctx context.Context) error {
+	return r.stop(ctx, "in-flight batches outlived the stop's context")
+}
+
+// stop is Stop. When ctx ends before the in-flight batches finish, it logs
+// outlived, with attrs, saying what became of their events, before its last
+// line ("relay stopped", or what it left leased), so the log reads in the
+// order things happened.
+func (r *Relay) stop(ctx context.Context, outlived string, attrs ...any) error {
 	r.mu.Lock()
 	if !r.started {
 		r.mu.Unlock()
@@ -262,6 +270,9 @@ func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	r.started = false
 	r.mu.Unlock()
+	if err != nil {
+		r.log.Warn(outlived+"; they were cancelled and their events released to pending unless reported left leased", attrs...)
+	}
 	if !r.reportLeft() {
 		r.log.Info("relay stopped")
 	}
@@ -292,12 +303,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := r.Stop(stopCtx); err != nil {
-		// Still a clean stop: nothing is lost; Stop reported what it left
-		// leased, if anything.
-		r.log.Warn("in-flight batches outlived the shutdown timeout; they were cancelled and their events released to pending unless reported left leased",
-			slog.Duration("shutdown_timeout", r.cfg.ShutdownTimeout))
-	}
+	// An error is still a clean stop: nothing is lost; stop logged what
+	// it released and what it left leased, if anything.
+	_ = r.stop(stopCtx, "in-flight batches outlived the shutdown timeout",
+		slog.Duration("shutdown_timeout", r.cfg.ShutdownTimeout))
 	return nil
 }
 

@@ -213,7 +213,7 @@ func (a *app) benchDatabase() (*dburl.Config, error) {
 	}
 	db, err := dburl.Parse(raw)
 	if err != nil {
-		return nil, usagef("invalid --database-url: %w", err)
+		return nil, usagef("invalid %s: %w", a.databaseURLName, err)
 	}
 	return db, nil
 }

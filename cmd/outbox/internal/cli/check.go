@@ -112,7 +112,7 @@ func (a *app) runCheck(cmd *cobra.Command, cf *checkFlags) error {
 	cfg := cf.cfg
 	if isSQLURL(raw) {
 		if _, err := dburl.Parse(raw); err != nil {
-			return usagef("invalid --database-url: %w", err)
+			return usagef("invalid %s: %w", a.databaseURLName, err)
 		}
 	} else if cfg.Postgres, err = a.poolConfig(""); err != nil {
 		return err

@@ -46,9 +46,15 @@ var globalFlagEnv = []struct {
 	allowed   []string // the values it takes; nil for any
 }{
 	{"schema", EnvSchema, nil},
-	{"log-level", EnvLogLevel, []string{"debug", "info", "warn", "error"}},
-	{"log-format", EnvLogFormat, []string{"text", "json"}},
+	{"log-level", EnvLogLevel, logLevels},
+	{"log-format", EnvLogFormat, logFormats},
 }
+
+// The values --log-level and --log-format take.
+var (
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{"text", "json"}
+)
 
 // Main runs the outbox command with args (without the program name) on the
 // process's standard streams and returns the exit code.
@@ -89,11 +95,15 @@ type app struct {
 	redact *redactor
 
 	databaseURLFlag string
+	databaseURLName string // how the operator gave the database URL, for errors: --database-url or the config file key
 	schema          string
 	pgbouncer       bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
 	logFormat       string
 	logLevel        string
 	showVersion     bool // --version: print what outbox version prints
+	configPath      string
+	file            *fileConfig       // the --config file; nil without one
+	fileOrigins     map[string]string // global flags set from the file: their key and line
 
 	logger *slog.Logger
 }
@@ -107,8 +117,9 @@ applications write events into the outbox_events table in their own
 transactions, and the relay publishes them to a sink (stdout, an HTTP
 webhook, a broker).
 
-Every command takes the database from --database-url or $` + EnvDatabaseURL + `.
-The password in it never appears in output or logs.`,
+Every command takes the database from --database-url or $` + EnvDatabaseURL + `,
+or else from the --config file's database.url. The password in it never
+appears in output or logs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          groupArgs,
@@ -134,6 +145,7 @@ The password in it never appears in output or logs.`,
 	f.BoolVar(&a.pgbouncer, "pgbouncer", false, "PostgreSQL is reached through PgBouncer in transaction mode: no prepared statements, no startup parameters but application_name, no LISTEN (the relay polls)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json (or $"+EnvLogFormat+")")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error (or $"+EnvLogLevel+")")
+	f.StringVar(&a.configPath, "config", "", "YAML file of settings (see docs/brokers.md): every command reads the database and log settings from it, the relay all of its own; flags and environment variables win over it")
 	root.Flags().BoolVar(&a.showVersion, "version", false, "print the version, as outbox version does")
 
 	root.AddCommand(
@@ -158,8 +170,8 @@ var flagValues = map[string][]string{
 	"status":            {"pending", "processing", "processed", "failed"},
 	"retention":         {"processed", "delete", "archive"},
 	"partition-archive": {"daily", "weekly"},
-	"log-level":         {"debug", "info", "warn", "error"},
-	"log-format":        {"text", "json"},
+	"log-level":         logLevels,
+	"log-format":        logFormats,
 }
 
 // registerCompletions offers flagValues for every command's flags of those
@@ -202,6 +214,9 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 		if err := cmd.Flags().Set(fe.flag, v); err != nil {
 			return usagef("invalid $%s: %v", fe.env, err)
 		}
+	}
+	if err := a.loadConfig(cmd); err != nil {
+		return err
 	}
 	logger, err := newLogger(a.stderr, a.logFormat, a.logLevel, a.redact)
 	if err != nil {

@@ -40,6 +40,8 @@ const (
 	kindRetention                    // processed, delete or archive
 	kindAddr                         // host:port
 	kindHTTPURL                      // an http(s) URL, checked like --alert-webhook
+	kindLogLevel                     // debug, info, warn or error
+	kindLogFormat                    // text or json
 )
 
 // fileKey is one key of the config file and the relay flag it stands for.
@@ -101,6 +103,8 @@ var fileKeys = []fileKey{
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},
 	{"observability", "otel", "otel", kindBool},
+	{"observability", "log_level", "log-level", kindLogLevel},
+	{"observability", "log_format", "log-format", kindLogFormat},
 }
 
 // fileValue is one setting read from the config file, already checked.
@@ -123,6 +127,11 @@ func (v fileValue) origin() string { return v.key.path() + " (" + v.where + ")" 
 type fileConfig struct {
 	path   string
 	values map[string]fileValue
+	// read, when set, picks the keys whose values are read and checked;
+	// the others are only checked to be known keys, so a command ignores
+	// the settings of another (the relay's sink, say, whose ${SECRET} the
+	// operator's shell need not hold).
+	read func(fileKey) bool
 }
 
 // get returns the file's setting for flag, if it has one. A nil fileConfig
@@ -138,6 +147,12 @@ func (c *fileConfig) get(flag string) (fileValue, bool) {
 // loadConfigFile reads and parses path. Its errors are usage errors that
 // name the file, the line and the key.
 func loadConfigFile(path string) (*fileConfig, error) {
+	return readConfigFile(path, nil)
+}
+
+// readConfigFile is loadConfigFile reading the values of only the keys
+// read picks (every key when read is nil).
+func readConfigFile(path string, read func(fileKey) bool) (*fileConfig, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, usagef("--config %s: %v: name a readable YAML file", path, pathErrorCause(err))
@@ -150,7 +165,7 @@ func loadConfigFile(path string) (*fileConfig, error) {
 	if len(data) > configFileMax {
 		return nil, usagef("--config %s: larger than %d bytes: is it the right file?", path, configFileMax)
 	}
-	return parseConfigFile(path, data, os.LookupEnv)
+	return parseConfig(path, data, os.LookupEnv, read)
 }
 
 // pathErrorCause drops the path from an *os.PathError: the message names
@@ -174,7 +189,13 @@ var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
 // parseConfigFile parses the YAML config file data, read from path, with
 // ${NAME} references resolved by lookup.
 func parseConfigFile(path string, data []byte, lookup func(string) (string, bool)) (*fileConfig, error) {
-	cfg := &fileConfig{path: path, values: map[string]fileValue{}}
+	return parseConfig(path, data, lookup, nil)
+}
+
+// parseConfig is parseConfigFile reading the values of only the keys read
+// picks (every key when read is nil).
+func parseConfig(path string, data []byte, lookup func(string) (string, bool), read func(fileKey) bool) (*fileConfig, error) {
+	cfg := &fileConfig{path: path, values: map[string]fileValue{}, read: read}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -244,6 +265,9 @@ func (c *fileConfig) parseSection(section string, m *yaml.Node, lookup func(stri
 			return configError(c.path, k.Line, "%s: given twice (first at line %d): keep one", key.path(), line)
 		}
 		seen[key.name] = k.Line
+		if c.read != nil && !c.read(key) {
+			continue
+		}
 		val, err := c.parseValue(key, v, lookup)
 		if err != nil {
 			return err
@@ -342,6 +366,14 @@ func (c *fileConfig) parseValue(key fileKey, n *yaml.Node, lookup func(string) (
 	case kindAddr:
 		if !validAddr(s) {
 			return fail(n.Line, "%q is not host:port: use :9464 or 127.0.0.1:9464", clip(s))
+		}
+	case kindLogLevel:
+		if !slices.Contains(logLevels, s) {
+			return fail(n.Line, "unknown level %q: use %s", clip(s), strings.Join(logLevels, ", "))
+		}
+	case kindLogFormat:
+		if !slices.Contains(logFormats, s) {
+			return fail(n.Line, "unknown format %q: use %s", clip(s), strings.Join(logFormats, ", "))
 		}
 	case kindHTTPURL:
 		if err := (outboxalert.Config{URL: s}).Validate(); err != nil {

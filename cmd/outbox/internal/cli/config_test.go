@@ -72,6 +72,8 @@ observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
   otel: false
+  log_level: debug
+  log_format: json
 `
 
 func TestParseConfigFileEveryKey(t *testing.T) {

@@ -22,10 +22,11 @@ import (
 const connectTimeout = 15 * time.Second
 
 // errNoDatabase is the answer when no database URL was given.
-var errNoDatabase = &usageError{err: errors.New("no database: pass --database-url or set " + EnvDatabaseURL)}
+var errNoDatabase = &usageError{err: errors.New("no database: pass --database-url or set " + EnvDatabaseURL + " (or database.url in the --config file)")}
 
 // databaseURL returns --database-url, else $OUTBOX_DATABASE_URL, else
-// fallback; with none of them it is a usage error.
+// fallback, else the --config file's database.url; with none of them it is
+// a usage error.
 func (a *app) databaseURL(fallback string) (string, error) {
 	u := a.databaseURLFlag
 	if u == "" {
@@ -34,12 +35,16 @@ func (a *app) databaseURL(fallback string) (string, error) {
 	if u == "" {
 		u = fallback
 	}
+	a.databaseURLName = "--database-url"
+	if file, origin, ok := a.fileDatabaseURL(); ok && (u == "" || u == fallback && fallback == file) {
+		u, a.databaseURLName = file, origin
+	}
 	if u == "" {
 		return "", errNoDatabase
 	}
 	a.redact.addDatabaseURL(u)
 	if a.pgbouncer && isSQLURL(u) {
-		return "", usagef("invalid --pgbouncer: PgBouncer pools PostgreSQL connections, and the database URL names %s; remove the flag", dburl.Redact(u))
+		return "", usagef("invalid %s: PgBouncer pools PostgreSQL connections, and the database URL names %s; remove the flag", a.globalName("pgbouncer"), dburl.Redact(u))
 	}
 	return u, nil
 }
@@ -53,7 +58,7 @@ func (a *app) poolConfig(fallback string) (*pgxpool.Config, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return nil, usagef("invalid --database-url: %s", parseErrorMessage(raw, err))
+		return nil, usagef("invalid %s: %s", a.databaseURLName, parseErrorMessage(raw, err))
 	}
 	// The effective password may come from PGPASSWORD or a passfile.
 	a.redact.add(cfg.ConnConfig.Password)
@@ -135,7 +140,7 @@ func (a *app) openDatabase(ctx context.Context, fallback string) (outbox.Databas
 		return outbox.Postgres(pool), dburl.PgPool{Pool: pool}, dburl.KindPostgres, nil
 	}
 	if _, err := dburl.Parse(raw); err != nil {
-		return nil, nil, "", usagef("invalid --database-url: %w", err)
+		return nil, nil, "", usagef("invalid %s: %w", a.databaseURLName, err)
 	}
 	db, closer, kind, err := dburl.Open(ctx, raw, dburl.Options{ConnectTimeout: connectTimeout})
 	if err != nil {

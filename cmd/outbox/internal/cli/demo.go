@@ -314,10 +314,13 @@ func migratedVersion(res outboxmigrate.Result) string {
 
 // demoDatabaseArgs is the --database-url argument (with a trailing space)
 // the demo's closing hint repeats: the URL given by flag, password
-// masked, or nothing when it came from the environment, which the next
-// command reads as well.
+// masked, the --config file when the URL came from it, or nothing when it
+// came from the environment, which the next command reads as well.
 func (a *app) demoDatabaseArgs() string {
 	if a.databaseURLFlag == "" {
+		if _, _, fromFile := a.fileDatabaseURL(); fromFile && os.Getenv(EnvDatabaseURL) == "" {
+			return "--config '" + a.configPath + "' "
+		}
 		return ""
 	}
 	return "--database-url '" + redactDatabaseURL(a.databaseURLFlag) + "' "

@@ -59,7 +59,7 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 				return nil
 			}
 			if a.pgbouncer {
-				return usagef("invalid --pgbouncer: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer")
+				return usagef("invalid %s: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer", a.globalName("pgbouncer"))
 			}
 			db, closer, kind, err := a.openDatabase(cmd.Context(), "")
 			if err != nil {
@@ -67,7 +67,7 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 			}
 			defer func() { _ = closer.Close() }()
 			if kind == dburl.KindPostgres && (strings.HasPrefix(strings.ToLower(a.schema), "pg_") || a.schema == "information_schema") {
-				return usagef("invalid --schema %q: PostgreSQL keeps that name for its own catalogs; choose another schema, such as outbox", a.schema)
+				return usagef("invalid %s %q: PostgreSQL keeps that name for its own catalogs; choose another schema, such as outbox", a.globalName("schema"), a.schema)
 			}
 			res, err := outboxmigrate.Migrate(cmd.Context(), db, cfg)
 			if err != nil {
@@ -121,13 +121,17 @@ func partitionError(err error) error {
 	return err
 }
 
-// databaseURLOrEnv is --database-url or $OUTBOX_DATABASE_URL, possibly
-// empty.
+// databaseURLOrEnv is --database-url, $OUTBOX_DATABASE_URL or the
+// --config file's database.url, possibly empty.
 func (a *app) databaseURLOrEnv() string {
 	if a.databaseURLFlag != "" {
 		return a.databaseURLFlag
 	}
-	return os.Getenv(EnvDatabaseURL)
+	if u := os.Getenv(EnvDatabaseURL); u != "" {
+		return u
+	}
+	u, _, _ := a.fileDatabaseURL()
+	return u
 }
 
 // offlineDatabase is a Database without a pool of the kind raw names, for

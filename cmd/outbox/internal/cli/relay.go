@@ -38,7 +38,6 @@ var relayFlagNames = map[string]string{
 // relayFlags are the relay command's flags, before the config file and the
 // environment fill what they leave unset.
 type relayFlags struct {
-	configPath string
 	sinkURL    string
 	cfg        outbox.RelayConfig
 	retention  string
@@ -101,7 +100,6 @@ outbox-relay:<relay-id>.`,
 		RunE: run(func(cmd *cobra.Command, _ []string) error { return a.runRelayCommand(cmd, &rf) }),
 	}
 	f := cmd.Flags()
-	f.StringVar(&rf.configPath, "config", "", "YAML file with the relay's settings (see docs/brokers.md); flags and environment variables win over it")
 	f.StringVar(&rf.sinkURL, "sink", "", "where to publish: stdout:, http(s)://…, nats://…, kafka://…, amqp(s)://…, redis(s)://… or mqtt(s)://… (default $"+EnvSinkURL+")")
 	f.IntVar(&rf.cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
 	f.IntVar(&rf.cfg.MaxBatchBytes, "max-batch-bytes", 0, "most payload and header bytes (as stored) claimed at once, so a batch of large payloads cannot exhaust memory; a claim always takes its first event; 0 for no bound")
@@ -158,14 +156,8 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 			return usagef("invalid --%s: is empty: name a PEM file, or remove the flag", flag)
 		}
 	}
-	m := &merger{flags: cmd.Flags(), origins: map[string]string{}}
-	if rf.configPath != "" {
-		file, err := loadConfigFile(rf.configPath)
-		if err != nil {
-			return err
-		}
-		m.file = file
-	}
+	// setup has read --config, the global flag, with every relay key.
+	m := &merger{flags: cmd.Flags(), file: a.file, origins: map[string]string{}}
 	if !cmd.Flags().Changed("sink-timeout") {
 		// Leave it to the library unless the file sets it: the default,
 		// or half the lease when that is shorter.
