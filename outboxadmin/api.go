@@ -197,7 +197,7 @@ func (h *Handler) searchEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	out := EventsJSON{Events: make([]EventJSON, len(events))}
 	for i := range events {
-		out.Events[i] = eventJSON(&events[i], false)
+		out.Events[i] = NewEventJSON(&events[i], false)
 	}
 	if more {
 		next := events[len(events)-1].ID
@@ -249,7 +249,7 @@ func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, eventJSON(&e, true))
+	writeJSON(w, http.StatusOK, NewEventJSON(&e, true))
 }
 
 // RelaysJSON lists the relays holding leases.
@@ -460,5 +460,5 @@ func (h *Handler) setMaxAttempts(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, eventJSON(&e, true))
+	writeJSON(w, http.StatusOK, NewEventJSON(&e, true))
 }

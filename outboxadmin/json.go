@@ -31,11 +31,14 @@ type EventJSON struct {
 	LockedBy       string            `json:"locked_by"`
 	LockedUntil    *time.Time        `json:"locked_until"`
 	ProcessedAt    *time.Time        `json:"processed_at"`
-	Headers        map[string]string `json:"headers,omitempty"`
-	Payload        json.RawMessage   `json:"payload,omitempty"`
+	Headers        map[string]string `json:"headers,omitzero"`
+	Payload        json.RawMessage   `json:"payload,omitzero"`
 }
 
-func eventJSON(e *outbox.Event, full bool) EventJSON {
+// NewEventJSON is e as the API returns it: with Headers and Payload when
+// full (the event detail), without them otherwise (search results). The
+// outbox command's --json output is the same document, full.
+func NewEventJSON(e *outbox.Event, full bool) EventJSON {
 	j := EventJSON{
 		ID: e.ID, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
 		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LeaseExpiries: e.LeaseExpiries, LastError: e.LastError,

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
 )
 
 func (a *app) eventsCommand() *cobra.Command {
@@ -100,53 +100,9 @@ func (a *app) reportChanged(ctx context.Context, m *outbox.Manager, verb string,
 	return nil
 }
 
-// eventJSON is an event as --json prints it.
-type eventJSON struct {
-	ID             int64             `json:"id"`
-	EventType      string            `json:"event_type"`
-	AggregateType  string            `json:"aggregate_type"`
-	AggregateID    string            `json:"aggregate_id"`
-	Status         outbox.Status     `json:"status"`
-	Attempts       int               `json:"attempts"`
-	MaxAttempts    int               `json:"max_attempts"` // 0: the relay's default
-	LeaseExpiries  int               `json:"lease_expiries"`
-	LastError      string            `json:"last_error"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Headers        map[string]string `json:"headers"`
-	Payload        json.RawMessage   `json:"payload"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-	AvailableAt    time.Time         `json:"available_at"`
-	LockedBy       string            `json:"locked_by"`
-	LockedUntil    *time.Time        `json:"locked_until"`
-	ProcessedAt    *time.Time        `json:"processed_at"`
-}
-
-func eventDocument(e *outbox.Event) eventJSON {
-	headers := e.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	payload := e.Payload
-	if len(payload) == 0 {
-		payload = json.RawMessage("null")
-	}
-	return eventJSON{
-		ID: e.ID, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
-		Status: e.Status, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, LeaseExpiries: e.LeaseExpiries, LastError: e.LastError,
-		IdempotencyKey: e.IdempotencyKey, Headers: headers, Payload: payload,
-		CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(), AvailableAt: e.AvailableAt.UTC(),
-		LockedBy: e.LockedBy, LockedUntil: optionalTime(e.LockedUntil), ProcessedAt: optionalTime(e.ProcessedAt),
-	}
-}
-
-func optionalTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	t = t.UTC()
-	return &t
-}
+// eventDocument is e as --json prints it: the admin API's event detail
+// document, one contract for both.
+func eventDocument(e *outbox.Event) outboxadmin.EventJSON { return outboxadmin.NewEventJSON(e, true) }
 
 // formatTime is how tables show a timestamp: UTC, to the second.
 func formatTime(t time.Time) string {

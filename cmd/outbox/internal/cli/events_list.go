@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
 )
 
 // lastErrorWidth is how much of last_error a table row shows.
@@ -51,7 +52,7 @@ the previous page.`,
 				return err
 			}
 			if asJSON {
-				docs := make([]eventJSON, len(events))
+				docs := make([]outboxadmin.EventJSON, len(events))
 				for i := range events {
 					docs[i] = eventDocument(&events[i])
 				}
