@@ -119,8 +119,8 @@
 // set (on PostgreSQL use ON CONFLICT (idempotency_key) WHERE idempotency_key
 // IS NOT NULL DO NOTHING), available_at in the future delays the event and
 // max_attempts overrides the relay's limit. Leave id, status, attempts and
-// the lease columns to their defaults. The README lists every column, and
-// docs/databases.md the types on SQLite and MySQL.
+// the lease columns to their defaults. docs/databases.md lists every column
+// and the types on SQLite and MySQL.
 //
 // # Relaying events
 //
