@@ -190,9 +190,11 @@ func TestRelayKafka(t *testing.T) {
 	}
 }
 
-func TestRelayRabbitMQ(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+// rabbitExchange declares a topic exchange of the test's own (its name
+// starts with prefix) and an exclusive queue to bind to it, on a channel
+// to RabbitMQ at TEST_AMQP_URL; all go away when the test ends.
+func rabbitExchange(t *testing.T, prefix string) (*amqp.Channel, string, amqp.Queue) {
+	t.Helper()
 	u, err := url.Parse(amqpURL())
 	require.NoError(t, err)
 	conn, err := amqp.Dial(u.String())
@@ -200,10 +202,19 @@ func TestRelayRabbitMQ(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	exchange := "outbox-cli-" + randomName()
+	exchange := prefix + randomName()
 	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", false, true, false, false, nil))
 	t.Cleanup(func() { _ = ch.ExchangeDelete(exchange, false, false) })
 	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	return ch, exchange, q
+}
+
+func TestRelayRabbitMQ(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ch, exchange, q := rabbitExchange(t, "outbox-cli-")
+	u, err := url.Parse(amqpURL()) // the sink URL
 	require.NoError(t, err)
 	// The default route: {aggregate_type|events}.{event_type}.
 	require.NoError(t, ch.QueueBind(q.Name, "order.order.*", exchange, false, nil))

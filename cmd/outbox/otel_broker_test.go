@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -22,17 +21,8 @@ import (
 func TestRelayOpenTelemetryRabbitMQ(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	u, err := url.Parse(amqpURL())
-	require.NoError(t, err)
-	conn, err := amqp.Dial(u.String())
-	require.NoError(t, err, "RabbitMQ is not reachable at TEST_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/): start it with rabbitmq-server -detached")
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	exchange := "outbox-cli-otel-" + randomName()
-	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", false, true, false, false, nil))
-	t.Cleanup(func() { _ = ch.ExchangeDelete(exchange, false, false) })
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	ch, exchange, q := rabbitExchange(t, "outbox-cli-otel-")
+	u, err := url.Parse(amqpURL()) // the sink URL
 	require.NoError(t, err)
 	require.NoError(t, ch.QueueBind(q.Name, "#", exchange, false, nil))
 
