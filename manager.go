@@ -63,8 +63,14 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
+	return m.withDeadLetterRetry(ctx, s)
+}
+
+// withDeadLetterRetry is s with the slow retries' counts added.
+func (m *Manager) withDeadLetterRetry(ctx context.Context, s driver.Stats) (Stats, error) {
 	out := Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
 		OldestPendingAge: s.OldestPendingAge}
+	var err error
 	out.DeadLetterRetry, err = m.DeadLetterRetryStats(ctx)
 	return out, err
 }
@@ -80,10 +86,7 @@ func (m *Manager) EstimateStats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	out := Stats{Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
-		OldestPendingAge: s.OldestPendingAge}
-	out.DeadLetterRetry, err = m.DeadLetterRetryStats(ctx)
-	return out, err
+	return m.withDeadLetterRetry(ctx, s)
 }
 
 // ListParams filters an event listing. Zero fields do not filter.

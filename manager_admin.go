@@ -223,12 +223,8 @@ func (m *Manager) Sample(ctx context.Context) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	out := Sample{
-		At: time.Now(), Inserted: s.Inserted,
-		Stats: Stats{Pending: s.Stats.Pending, Processing: s.Stats.Processing, Processed: s.Stats.Processed,
-			Failed: s.Stats.Failed, OldestPendingAge: s.Stats.OldestPendingAge},
-	}
-	out.Stats.DeadLetterRetry, err = m.DeadLetterRetryStats(ctx)
+	out := Sample{At: time.Now(), Inserted: s.Inserted}
+	out.Stats, err = m.withDeadLetterRetry(ctx, s.Stats)
 	return out, err
 }
 

@@ -164,7 +164,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		case errors.Is(err, ErrNoTable):
 			return fmt.Errorf("outbox relay: %w (run outbox migrate)", err)
 		case errors.Is(err, ErrPooler):
-			return fmt.Errorf("outbox relay: the database is reached through PgBouncer, which refused a startup parameter: %w; run the relay in PgBouncer mode (RelayConfig.PgBouncer and ConfigurePgBouncer; outbox --pgbouncer)", err)
+			return fmt.Errorf("outbox relay: the database is reached through PgBouncer, which refused a startup parameter: %w; "+pgBouncerModeHint, err)
 		}
 		return fmt.Errorf("outbox relay: database: %w", err)
 	}
@@ -457,6 +457,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	if r.isStopping() {
 		// Claimed while Stop was being called: hand the events back unpublished.
 		info.Errors = BatchError(len(events), errStopped)
+		r.book.settling(fence)
 		info.Released = r.release(settleCtx, fence, ids(events))
 		r.runBatchHooks(ctx, info)
 		return
@@ -464,6 +465,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 
 	pubStart := time.Now()
 	errs := r.publish(ctx, events)
+	r.book.settling(fence)
 	info.PublishedAt = time.Now()
 	info.PublishDuration = info.PublishedAt.Sub(pubStart)
 	info.Errors = errs
@@ -651,7 +653,6 @@ func (r *Relay) reportLostLease(mark string, want int, got int64) {
 // Other database errors never consume an event's attempts: if the lease
 // runs out, the events are rescued and published again.
 func (r *Relay) retryDB(ctx context.Context, f driver.Fence, n int, what string, op func(context.Context) error) error {
-	r.book.settling(f)
 	for attempt := 0; ; attempt++ {
 		opCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 		err := op(opCtx)
@@ -739,9 +740,6 @@ func ids(events []Event) []int64 {
 	return out
 }
 
-// truncate makes a publish error storable as last_error: valid UTF-8, no
-// NUL byte (the database would refuse the mark, every time), at most
-// maxErrorLen bytes.
 // retryableMarker is the note sinks add to an error the relay will retry.
 const retryableMarker = " (retryable)"
 
@@ -760,4 +758,7 @@ func (r *Relay) failureText(e *Event, err error) string {
 	return truncate(msg)
 }
 
+// truncate makes a publish error storable as last_error: valid UTF-8, no
+// NUL byte (the database would refuse the mark, every time), at most
+// maxErrorLen bytes.
 func truncate(s string) string { return errtext.Sanitize(s, maxErrorLen) }

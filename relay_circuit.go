@@ -2,12 +2,8 @@ package outbox
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"log/slog"
-	"net"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/circuit"
@@ -43,28 +39,7 @@ func sinkUnavailable(err error) bool {
 	if err == nil || IsPermanent(err) {
 		return false
 	}
-	if IsUnavailable(err) || errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	var (
-		dnsErr    *net.DNSError
-		opErr     *net.OpError
-		verifyErr *tls.CertificateVerificationError
-		headerErr tls.RecordHeaderError
-		authErr   x509.UnknownAuthorityError
-		hostErr   x509.HostnameError
-		certErr   x509.CertificateInvalidError
-	)
-	switch {
-	case errors.As(err, &dnsErr), errors.As(err, &verifyErr), errors.As(err, &headerErr),
-		errors.As(err, &authErr), errors.As(err, &hostErr), errors.As(err, &certErr):
-		return true
-	case errors.As(err, &opErr):
-		// "remote error" is a TLS alert the server sent during the
-		// handshake.
-		return opErr.Op == "dial" || opErr.Op == "remote error"
-	}
-	return false
+	return IsUnavailable(err) || circuit.ConnectFailed(err)
 }
 
 // sinkDown reports whether a batch's results say the sink is unreachable:
@@ -188,17 +163,11 @@ func circuitState(s circuit.State) CircuitState {
 // resetCircuit starts a run with a closed circuit: a probe the last run
 // left half-open has no prober any more.
 func (r *Relay) resetCircuit(ctx context.Context) {
-	if r.circuit.State() != circuit.Closed {
-		r.circuit = circuit.New(r.cfg.ProbeInterval, r.cfg.ProbeIntervalMax)
+	if _, changed := r.circuit.Reset(); changed {
 		r.runSinkHooks(ctx, CircuitClosed, nil)
 	}
 }
 
 // SinkCircuit returns the state of the relay's circuit on its sink:
 // CircuitClosed while the sink works.
-func (r *Relay) SinkCircuit() CircuitState {
-	r.mu.Lock()
-	b := r.circuit
-	r.mu.Unlock()
-	return circuitState(b.State())
-}
+func (r *Relay) SinkCircuit() CircuitState { return circuitState(r.circuit.State()) }

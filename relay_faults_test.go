@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -294,18 +293,6 @@ func TestRelayStopIsBoundedWhenDatabaseIsDown(t *testing.T) {
 	}
 }
 
-// blackholeFor is how long TestRelayRecoversFromHalfOpenDatabase keeps the
-// network silent: 5s, or $OUTBOX_TEST_BLACKHOLE (30s is the figure
-// operations.md promises recovery from).
-func blackholeFor(t *testing.T) time.Duration {
-	if v := os.Getenv("OUTBOX_TEST_BLACKHOLE"); v != "" {
-		d, err := time.ParseDuration(v)
-		require.NoError(t, err, "OUTBOX_TEST_BLACKHOLE")
-		return d
-	}
-	return 5 * time.Second
-}
-
 func TestRelayRecoversFromHalfOpenDatabase(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
@@ -350,7 +337,7 @@ func TestRelayRecoversFromHalfOpenDatabase(t *testing.T) {
 	})
 
 	proxy.Blackhole()
-	silence := blackholeFor(t)
+	silence := testutil.BlackholeFor(t)
 	write(20) // committed while the relay cannot see the database
 	timer := time.NewTimer(silence)
 	<-timer.C

@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,19 +151,9 @@ func (r *Relay) reportLeft() bool {
 	if l.lastErr != nil {
 		attrs = append(attrs, slog.String("error", l.lastErr.Error()))
 	}
-	attrs = append(attrs, slog.String("reason", joinReasons(reasons)))
+	attrs = append(attrs, slog.String("reason", strings.Join(reasons, "; ")))
 	r.log.Warn("relay stopped with events still leased; their leases expire at leases_expire_at (database clock) and another relay, or this one restarted, will take them over (the expiry counts as one attempt for each)", attrs...)
 	return true
-}
-
-func joinReasons(rs []string) string {
-	switch len(rs) {
-	case 0:
-		return ""
-	case 1:
-		return rs[0]
-	}
-	return rs[0] + "; " + rs[1]
 }
 
 // warnDB logs a failed database call that will be retried in wait. A

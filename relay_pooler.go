@@ -26,7 +26,11 @@ func (r *Relay) checkPooler(ctx context.Context) error {
 			ErrPooler, strings.Join(info.SessionState, ", "))
 	case !r.cfg.PgBouncer && info.Pooled:
 		return fmt.Errorf("outbox relay: %w: the database is reached through a connection pooler such as PgBouncer (the server's backend PID is not the connection's), "+
-			"which in transaction mode breaks prepared statements and LISTEN: run the relay in PgBouncer mode (RelayConfig.PgBouncer and ConfigurePgBouncer; outbox --pgbouncer) or connect it to PostgreSQL directly", ErrPooler)
+			"which in transaction mode breaks prepared statements and LISTEN: "+pgBouncerModeHint+" or connect it to PostgreSQL directly", ErrPooler)
 	}
 	return nil
 }
+
+// pgBouncerModeHint is how to run a relay through PgBouncer, for the errors
+// that find one in the way.
+const pgBouncerModeHint = "run the relay in PgBouncer mode (RelayConfig.PgBouncer and ConfigurePgBouncer; outbox --pgbouncer)"

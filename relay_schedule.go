@@ -162,7 +162,7 @@ func (r *Relay) newElector() error {
 		Timeout: r.cfg.DBTimeout, Logger: r.log,
 		OnChange: func(leader bool) {
 			for _, h := range r.leaseHooks {
-				h.OnLeaderLease(context.Background(), LeaderLeaseInfo{RelayID: r.cfg.RelayID, Leader: leader})
+				r.safeHook(func() { h.OnLeaderLease(context.Background(), LeaderLeaseInfo{RelayID: r.cfg.RelayID, Leader: leader}) })
 			}
 		},
 	})
@@ -242,23 +242,22 @@ var errLeaseLost = errors.New("lost the job lease; the relay that holds it now c
 // fewer than size rows, the relay stops (ctx.Err()) or loses the lease
 // (errLeaseLost); it returns the rows changed and the statements run.
 func (r *Relay) scheduleBatches(ctx context.Context, el *leader.Elector, size int, batch func(context.Context) (int64, error)) (total int64, batches int, err error) {
-	for ctx.Err() == nil {
+	total, err = inBatches(0, size, nil, func() (int64, error) {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		if !el.IsLeader() {
-			return total, batches, errLeaseLost
+			return 0, errLeaseLost
 		}
 		bctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+		defer cancel()
 		n, err := batch(bctx)
-		cancel()
-		if err != nil {
-			return total, batches, err
+		if err == nil {
+			batches++
 		}
-		total += n
-		batches++
-		if n < int64(size) {
-			return total, batches, nil
-		}
-	}
-	return total, batches, ctx.Err()
+		return n, err
+	})
+	return total, batches, err
 }
 
 // runPurge deletes processed events (and archived ones) older than
@@ -313,7 +312,7 @@ func (r *Relay) runPurge(ctx context.Context, el *leader.Elector) {
 		r.log.Info("scheduled purge done", attrs...)
 	}
 	for _, h := range r.purgeHooks {
-		h.OnPurge(ctx, info)
+		r.safeHook(func() { h.OnPurge(ctx, info) })
 	}
 }
 
@@ -351,7 +350,7 @@ func (r *Relay) runDeadLetterRetry(ctx context.Context, el *leader.Elector) {
 		r.log.Info("dead-letter retry", append(attrs, slog.Int("max_retries", r.cfg.DeadLetterRetries))...)
 	}
 	for _, h := range r.dlqHooks {
-		h.OnDeadLetterRetry(ctx, info)
+		r.safeHook(func() { h.OnDeadLetterRetry(ctx, info) })
 	}
 }
 

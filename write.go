@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -137,7 +138,7 @@ type Writer struct {
 // An unknown cfg.Dialect makes every write return a *ConfigError.
 func NewWriter(cfg WriterConfig) *Writer {
 	schema := schemaOrDefault(cfg.Schema)
-	w := &Writer{dialect: cmpOr(cfg.Dialect, DialectDefault), fromContext: cfg.HeadersFromContext,
+	w := &Writer{dialect: cmp.Or(cfg.Dialect, DialectDefault), fromContext: cfg.HeadersFromContext,
 		maxPayload: max(cfg.MaxPayloadBytes, 0)}
 	switch w.dialect {
 	case DialectPostgres:
@@ -153,14 +154,6 @@ func NewWriter(cfg WriterConfig) *Writer {
 		_, w.dialectErr = ParseDialect(string(w.dialect))
 	}
 	return w
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Write stores msgs in tx with one round trip. A message whose idempotency

@@ -72,7 +72,7 @@ func TestContainerImage(t *testing.T) {
 	t.Parallel()
 	bin, err := exec.LookPath("buildah")
 	require.NoError(t, err, "buildah is missing: install Debian's buildah package (apt-get install buildah); scripts/test does")
-	binary := filepath.Join(releaseBuild(t), "outbox-"+testVersion+"-linux-"+goarch())
+	binary := releaseBinary(t)
 	b := buildah{t: t, bin: bin, root: t.TempDir()}
 	t.Cleanup(func() { _, _ = b.try("rm", "--all") })
 

@@ -210,7 +210,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, a := range c.Args {
 		require.NotContains(t, a, "://", "no URL in args: it may hold a password; use the Secret")
 	}
-	binary := filepath.Join(releaseBuild(t), "outbox-"+testVersion+"-linux-"+goarch())
+	binary := releaseBinary(t)
 	out, err := exec.CommandContext(t.Context(), binary, append(slices.Clone(c.Args), "--help")...).CombinedOutput()
 	require.NoError(t, err, "outbox %s --help:\n%s", strings.Join(c.Args, " "), out)
 

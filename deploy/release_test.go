@@ -12,9 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// goarch is the architecture the release build targets: this machine's.
-func goarch() string { return runtime.GOARCH }
-
 // testVersion is the version the tests stamp into the release build.
 const testVersion = "v0.0.0-deploytest"
 
@@ -45,6 +42,13 @@ func releaseBuild(t *testing.T) string {
 	})
 	require.NoError(t, release.err, "scripts/release:\n%s", release.out)
 	return release.dir
+}
+
+// releaseBinary is the linux binary of releaseBuild, for this machine's
+// architecture.
+func releaseBinary(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(releaseBuild(t), "outbox-"+testVersion+"-linux-"+runtime.GOARCH)
 }
 
 // TestRelease runs scripts/release for one target (linux on this machine's

@@ -110,7 +110,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 
 	// The release binary accepts ExecStart's flags.
-	binary := filepath.Join(releaseBuild(t), "outbox-"+testVersion+"-linux-"+goarch())
+	binary := releaseBinary(t)
 	out, err := exec.CommandContext(t.Context(), binary, append(exec0[1:], "--help")...).CombinedOutput()
 	require.NoError(t, err, "outbox %s --help:\n%s", strings.Join(exec0[1:], " "), out)
 

@@ -231,12 +231,15 @@ func (m *Metrics) Handler() http.Handler {
 // started and with false when it stops. A relay whose process dies stops
 // being scraped, so alert on absent or stale series too (see
 // docs/observability.md).
-func (m *Metrics) SetRelayUp(up bool) {
-	if up {
-		m.relayUp.Set(1)
-	} else {
-		m.relayUp.Set(0)
+func (m *Metrics) SetRelayUp(up bool) { setBool(m.relayUp, up) }
+
+// setBool sets g to 1 for true, 0 for false.
+func setBool(g prometheus.Gauge, b bool) {
+	v := 0.0
+	if b {
+		v = 1
 	}
+	g.Set(v)
 }
 
 // OnRescue records a lease rescue: the expiries, and the events it
@@ -286,17 +289,9 @@ func (m *Metrics) OnBatch(_ context.Context, b outbox.BatchInfo) {
 func (m *Metrics) OnSinkState(_ context.Context, s outbox.SinkState) { m.setSinkState(s.Circuit) }
 
 func (m *Metrics) setSinkState(state outbox.CircuitState) {
-	if state == outbox.CircuitClosed {
-		m.sinkUp.Set(1)
-	} else {
-		m.sinkUp.Set(0)
-	}
+	setBool(m.sinkUp, state == outbox.CircuitClosed)
 	for _, s := range []outbox.CircuitState{outbox.CircuitClosed, outbox.CircuitOpen, outbox.CircuitHalfOpen} {
-		v := 0.0
-		if s == state {
-			v = 1
-		}
-		m.circuit.WithLabelValues(string(s)).Set(v)
+		setBool(m.circuit.WithLabelValues(string(s)), s == state)
 	}
 }
 

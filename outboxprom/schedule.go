@@ -59,11 +59,7 @@ func (m *Metrics) OnPurge(_ context.Context, p outbox.PurgeInfo) {
 // OnLeaderLease records a change of the job lease. It implements
 // outbox.HookLeaderLease.
 func (m *Metrics) OnLeaderLease(_ context.Context, l outbox.LeaderLeaseInfo) {
-	if l.Leader {
-		m.schedule.leader.Set(1)
-	} else {
-		m.schedule.leader.Set(0)
-	}
+	setBool(m.schedule.leader, l.Leader)
 }
 
 // OnDeadLetterRetry records a pass of the dead-letter slow retry. It

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/internal/driver"
 	"github.com/outboxkit/outbox/internal/driver/mysqldriver"
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
+	"github.com/outboxkit/outbox/internal/driver/sqldriver"
 	"github.com/outboxkit/outbox/internal/driver/sqlitedriver"
 )
 
@@ -172,9 +173,9 @@ func writtenQueries(r reader, opts *WrittenOpts) (driver.Written, outbox.Dialect
 	}
 	switch dialect {
 	case outbox.DialectSQLite:
-		return sqlitedriver.WrittenQueries(schema), dialect, nil
+		return sqldriver.WrittenQueries(sqlitedriver.Dialect{}, schema), dialect, nil
 	case outbox.DialectMySQL, outbox.DialectMariaDB:
-		return mysqldriver.WrittenQueries(schema), dialect, nil
+		return sqldriver.WrittenQueries(mysqldriver.Dialect{}, schema), dialect, nil
 	}
 	return pgdriver.WrittenQueries(schema), dialect, nil
 }

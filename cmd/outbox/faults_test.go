@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,18 +235,6 @@ func TestRelaySIGTERMWithDatabaseDownIsBounded(t *testing.T) {
 	}
 }
 
-// silenceFor is how long the half-open tests keep the network silent: 5s,
-// or $OUTBOX_TEST_BLACKHOLE (30s is the figure the operations guide
-// promises recovery from).
-func silenceFor(t *testing.T) time.Duration {
-	if v := os.Getenv("OUTBOX_TEST_BLACKHOLE"); v != "" {
-		d, err := time.ParseDuration(v)
-		require.NoError(t, err, "OUTBOX_TEST_BLACKHOLE")
-		return d
-	}
-	return 5 * time.Second
-}
-
 func TestRelaySurvivesSilentSinkConnection(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -277,7 +264,7 @@ func TestRelaySurvivesSilentSinkConnection(t *testing.T) {
 		return false
 	})
 	t.Logf("first publish given up %v after the network went silent", time.Since(silenced).Round(time.Millisecond))
-	timer := time.NewTimer(time.Until(silenced.Add(silenceFor(t))))
+	timer := time.NewTimer(time.Until(silenced.Add(testutil.BlackholeFor(t))))
 	<-timer.C
 	proxy.Heal()
 	healed := time.Now()

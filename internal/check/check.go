@@ -465,15 +465,13 @@ func (r *run) evaluate(ctx context.Context, interrupted bool) error {
 	if err != nil {
 		return err
 	}
-	undelivered := 0
-	for _, st := range []outbox.Status{outbox.StatusPending, outbox.StatusProcessing} {
-		ids, err := idsWithStatus(ctx, mgr, st)
-		if err != nil {
-			return err
-		}
-		undelivered += len(ids)
+	// Only the counts of the events still on their way matter: exact ones
+	// from the status indexes, without listing the events.
+	stats, err := mgr.Stats(ctx)
+	if err != nil {
+		return err
 	}
-	rep.DeadLettered, rep.Undelivered = len(dead), undelivered
+	rep.DeadLettered, rep.Undelivered = len(dead), int(stats.Pending+stats.Processing)
 	var delivered map[int64]int
 	if r.recv != nil {
 		counts, first, foreign := r.recv.snapshot()

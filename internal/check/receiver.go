@@ -3,7 +3,6 @@ package check
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -124,9 +123,7 @@ func (r *receiver) snapshot() (counts map[int64]int, first []delivery, foreign m
 func (r *receiver) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		_ = r.srv.Close()
-	}
+	_ = r.srv.Shutdown(ctx)
 	_ = r.srv.Close()
 	<-r.served
 }

@@ -18,6 +18,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -65,12 +66,7 @@ var ErrReadOnly = errors.New("database is read-only")
 
 // ReadOnlyError wraps err, the database's refusal to write, so that
 // errors.Is(err, ErrReadOnly) holds and the database's message is kept.
-func ReadOnlyError(err error) error { return &readOnlyError{err: err} }
-
-type readOnlyError struct{ err error }
-
-func (e *readOnlyError) Error() string   { return ErrReadOnly.Error() + ": " + e.err.Error() }
-func (e *readOnlyError) Unwrap() []error { return []error{ErrReadOnly, e.err} }
+func ReadOnlyError(err error) error { return fmt.Errorf("%w: %w", ErrReadOnly, err) }
 
 // Event is one row of outbox_events.
 type Event struct {

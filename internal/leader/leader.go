@@ -51,11 +51,10 @@ type Config struct {
 type Elector struct {
 	cfg Config
 
-	mu       sync.Mutex
-	leader   bool
-	validTo  time.Time // monotonic: the lease's end as this process counts it
-	reported bool      // the leadership last logged and passed to OnChange
-	changed  chan struct{}
+	mu      sync.Mutex
+	leader  bool
+	validTo time.Time // monotonic: the lease's end as this process counts it
+	changed chan struct{}
 }
 
 // New returns an elector; Run starts it.
@@ -134,11 +133,11 @@ func (e *Elector) Run(ctx context.Context, store Store, release context.Context)
 }
 
 // set records the outcome of an acquisition, logs and reports a change,
-// and returns whether this process was (last reported) leader before.
+// and returns whether this process was leader before.
 func (e *Elector) set(leader bool, validTo time.Time, err error) (was bool) {
 	e.mu.Lock()
-	was = e.reported
-	e.leader, e.validTo, e.reported = leader, validTo, leader
+	was = e.leader
+	e.leader, e.validTo = leader, validTo
 	if leader == was {
 		e.mu.Unlock()
 		return was

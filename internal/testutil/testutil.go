@@ -139,3 +139,19 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) 
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// BlackholeFor is how long the half-open tests keep the network silent:
+// 5s, or $OUTBOX_TEST_BLACKHOLE (30s is the figure docs/operations.md
+// promises recovery from).
+func BlackholeFor(t testing.TB) time.Duration {
+	t.Helper()
+	v := os.Getenv("OUTBOX_TEST_BLACKHOLE")
+	if v == "" {
+		return 5 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("OUTBOX_TEST_BLACKHOLE=%q: %v", v, err)
+	}
+	return d
+}

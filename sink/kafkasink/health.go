@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -17,8 +17,7 @@ import (
 // broker outage shows in Publish only as records whose acks never come,
 // which alone cannot tell an outage from a slow broker.
 type brokerState struct {
-	mu         sync.Mutex
-	ok, failed time.Time // the last read that succeeded, the last connect or read that failed
+	failing atomic.Bool // the last connect or read failed
 }
 
 // OnBrokerConnect implements kgo.HookBrokerConnect.
@@ -33,23 +32,12 @@ func (b *brokerState) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ ti
 	b.record(err == nil)
 }
 
-func (b *brokerState) record(ok bool) {
-	now := time.Now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if ok {
-		b.ok = now
-	} else {
-		b.failed = now
-	}
-}
+// record notes the outcome of the latest connect or read; it runs on every
+// broker response, so it takes no lock.
+func (b *brokerState) record(ok bool) { b.failing.Store(!ok) }
 
 // down reports whether the last word from the brokers was a failure.
-func (b *brokerState) down() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.failed.IsZero() && b.failed.After(b.ok)
-}
+func (b *brokerState) down() bool { return b.failing.Load() }
 
 var (
 	_ kgo.HookBrokerConnect = (*brokerState)(nil)

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/circuit"
 	"github.com/outboxkit/outbox/internal/egress"
 	"github.com/outboxkit/outbox/internal/sinkurl"
 )
@@ -114,23 +115,14 @@ func (s *Sink) transportError(ctx context.Context, e *outbox.Event, err error) e
 // no route, a name that does not resolve), the TLS handshake failed, or the
 // connection was reset or closed before a response.
 func unreachable(err error) bool {
-	var (
-		oe  *net.OpError
-		dns *net.DNSError
-	)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return false // a slow answer may be the event's
 	case errors.Is(err, egress.ErrDenied):
 		return false // permanent: the guard refuses the address
-	case errors.As(err, &dns), errors.As(err, new(*tls.CertificateVerificationError)), tlsRefused(err),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	case errors.As(err, &oe):
-		return oe.Op == "dial"
 	}
-	return false
+	return circuit.ConnectFailed(err) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func (s *Sink) describeTransportError(ctx context.Context, e *outbox.Event, err error) error {

@@ -135,8 +135,7 @@ func (d *Driver) RequeueMatching(ctx context.Context, flt driver.Filter, afterID
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + d.table + ` AS e
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = now(), locked_until = NULL,
-    processed_at = NULL, updated_at = now()
+` + requeueSet + `
 FROM sel
 WHERE e.id = sel.id
 RETURNING e.id`

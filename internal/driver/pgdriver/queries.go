@@ -7,7 +7,7 @@ type queries struct {
 	claim, claimFiltered                           string
 	claimBudget, claimFilteredBudget               string
 	markProcessed, markFailed, release             string
-	rescueSelect, rescue, getMany                  string
+	rescueSelect, rescue                           string
 	markDeleted, markArchived, purgeArchive        string
 	stats, estimateStats, get, requeue, listPrefix string
 	requeueStatus, purge                           map[string]string // by status
@@ -182,12 +182,17 @@ WHERE status = 'processing' AND locked_until < now()
 ORDER BY locked_until
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
-	q.rescue = `UPDATE ` + t + ` AS e
-SET status = r.status, attempts = e.attempts + 1, lease_expiries = e.lease_expiries + 1,
-    last_error = r.error, locked_until = NULL, updated_at = now()
-FROM unnest($1::bigint[], $2::text[], $3::text[]) AS r(id, status, error)
-WHERE e.id = r.id`
-	q.getMany = `SELECT ` + eventColumns("") + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) ORDER BY id`
+	// The rescue returns the rows it dead-lettered, as they are after the
+	// update, for the dead-letter hooks: no second round trip to read them.
+	q.rescue = `WITH u AS (
+    UPDATE ` + t + ` AS e
+    SET status = r.status, attempts = e.attempts + 1, lease_expiries = e.lease_expiries + 1,
+        last_error = r.error, locked_until = NULL, updated_at = now()
+    FROM unnest($1::bigint[], $2::text[], $3::text[]) AS r(id, status, error)
+    WHERE e.id = r.id
+    RETURNING e.*
+)
+SELECT ` + eventColumns("") + ` FROM u WHERE status = 'failed' ORDER BY id`
 
 	// pending, processing and failed are counted from their partial
 	// indexes; the oldest due pending event is the first entry of
@@ -220,8 +225,7 @@ WHERE e.id = r.id`
 	q.listPrefix = `SELECT ` + eventColumns("") + ` FROM ` + t
 
 	q.requeue = `UPDATE ` + t + `
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = now(), locked_until = NULL,
-    processed_at = NULL, updated_at = now()
+` + requeueSet + `
 WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[])
 RETURNING id`
 
@@ -239,8 +243,7 @@ RETURNING id`
     FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + t + ` AS e
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL, available_at = now(), locked_until = NULL,
-    processed_at = NULL, updated_at = now()
+` + requeueSet + `
 FROM sel
 WHERE e.id = sel.id
 RETURNING e.id`
@@ -266,3 +269,10 @@ WHERE id = ANY(ARRAY(
 	}
 	return q
 }
+
+// requeueSet sends an event back to pending, due now, as an operator's
+// retry or replay does: attempts and lease expiries reset, last error and
+// any scheduled slow retry cleared (an event that then succeeds shows no
+// stale error).
+const requeueSet = `SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL,
+    available_at = now(), locked_until = NULL, processed_at = NULL, updated_at = now()`

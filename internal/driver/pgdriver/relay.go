@@ -130,18 +130,15 @@ func (d *Driver) RescueExpired(ctx context.Context, p driver.RescueParams) (driv
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		if _, err := tx.Exec(ctx, d.q.rescue, ids, statuses, errs); err != nil {
+		rows, err = tx.Query(ctx, d.q.rescue, ids, statuses, errs)
+		if err != nil {
 			return err
 		}
+		deadRows, err := collectEvents(rows, len(dead))
 		if len(dead) > 0 {
-			rows, err := tx.Query(ctx, d.q.getMany, dead)
-			if err != nil {
-				return err
-			}
-			res.Dead, err = collectEvents(rows, len(dead))
-			return err
+			res.Dead = deadRows
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return driver.RescueResult{}, wrap(err)

@@ -10,38 +10,33 @@ import (
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
-// leasesTable is the quoted outbox_leases of the driver's schema.
-func (d *Driver) leasesTable() string {
-	return pgx.Identifier{d.schema, "outbox_leases"}.Sanitize()
-}
-
 // AcquireLease takes or renews a job lease with one conditional upsert: the
 // update applies only when the caller already holds the row or the row has
 // expired, both judged by the database clock, so two relays racing for it
 // cannot both win (the row lock orders them and the second one's WHERE
 // sees the first one's row). No row returned means another relay holds it.
 func (d *Driver) AcquireLease(ctx context.Context, p driver.LeaseParams) (bool, error) {
-	t := d.leasesTable()
-	var holder string
+	t := d.ident("outbox_leases")
+	var won bool
 	err := d.pool.QueryRow(ctx, `INSERT INTO `+t+` AS l (name, holder, expires_at, acquired_at)
 VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond', now())
 ON CONFLICT (name) DO UPDATE
 SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at,
     acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE EXCLUDED.acquired_at END
 WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
-RETURNING holder`, p.Name, p.Holder, p.TTL.Milliseconds()).Scan(&holder)
+RETURNING true`, p.Name, p.Holder, p.TTL.Milliseconds()).Scan(&won)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, wrap(err)
 	}
-	return holder == p.Holder, nil
+	return won, nil
 }
 
 // ReleaseLease deletes the lease row if holder holds it.
 func (d *Driver) ReleaseLease(ctx context.Context, name, holder string) error {
-	_, err := d.pool.Exec(ctx, `DELETE FROM `+d.leasesTable()+` WHERE name = $1 AND holder = $2`, name, holder)
+	_, err := d.pool.Exec(ctx, `DELETE FROM `+d.ident("outbox_leases")+` WHERE name = $1 AND holder = $2`, name, holder)
 	return wrap(err)
 }
 
@@ -107,13 +102,10 @@ WHERE id = ANY(ARRAY(
 // retryDeadLetterSQL requeues up to $2 failed events whose retry time has
 // come and that had fewer than $1 slow retries, shaped as
 // scheduleDeadLetterSQL. It resets the event as an operator's requeue does
-// (last_error cleared too: an event that then succeeds shows no stale
-// error; one that fails again gets the new one).
+// (requeueSet), counting the slow retry.
 func retryDeadLetterSQL(t string) string {
 	return `UPDATE ` + t + `
-SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, available_at = now(), locked_until = NULL,
-    processed_at = NULL, updated_at = now(),
-    dead_letter_retries = dead_letter_retries + 1, dead_letter_retry_at = NULL
+` + requeueSet + `, dead_letter_retries = dead_letter_retries + 1
 WHERE id = ANY(ARRAY(
     SELECT id FROM ` + t + `
     WHERE status = 'failed' AND dead_letter_retries < $1 AND dead_letter_retry_at <= now()

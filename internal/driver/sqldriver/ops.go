@@ -171,13 +171,21 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), -olderThan.Milliseconds(), batchSize)
 // table. The delete also tests cond, a condition the selected rows meet
 // on a column outside the primary key (see Dialect.ByID).
 func (d *Driver) deleteSelected(ctx context.Context, table, cond, sel string, args ...any) (int64, error) {
+	return d.changeSelected(ctx, d.d.DeleteByID(table), nil, cond, sel, args...)
+}
+
+// changeSelected runs head (a DELETE or UPDATE … SET of the table, with
+// headArgs) on the IDs sel returns that still meet cond, in one
+// transaction, and returns how many rows it changed.
+func (d *Driver) changeSelected(ctx context.Context, head string, headArgs []any, cond, sel string, selArgs ...any) (int64, error) {
 	var n int64
 	err := d.inTx(ctx, func(tx Tx) error {
-		ids, err := queryIDs(ctx, tx, sel, args...)
+		ids, err := queryIDs(ctx, tx, sel, selArgs...)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, d.d.DeleteByID(table)+` WHERE id IN (`+placeholders(len(ids))+`) AND `+cond, int64Args(ids)...)
+		args := append(append([]any{}, headArgs...), int64Args(ids)...)
+		res, err := tx.ExecContext(ctx, head+` WHERE id IN (`+placeholders(len(ids))+`) AND `+cond, args...)
 		if err != nil {
 			return err
 		}

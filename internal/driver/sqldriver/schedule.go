@@ -45,7 +45,8 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), p.MaxRetries, p.BatchSize)
 
 // RetryDeadLetters sends one batch of failed events whose retry time came
 // back to pending, as a requeue does, counting the slow retry; the select
-// reads outbox_events_dead_letter_due_idx in due order.
+// reads outbox_events_dead_letter_due_idx in due order (on MySQL the
+// leading columns of outbox_events_dead_letter_unscheduled_idx).
 func (d *Driver) RetryDeadLetters(ctx context.Context, p driver.DeadLetterRetryParams) (int64, error) {
 	return d.updateSelected(ctx, d.requeueSet()+`, dead_letter_retries = dead_letter_retries + 1`, nil,
 		`SELECT id FROM `+d.table+`
@@ -57,22 +58,7 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), p.MaxRetries, p.BatchSize)
 // updateSelected applies set (with setArgs) to the failed rows among the
 // IDs sel returns, in one transaction, and returns how many it changed.
 func (d *Driver) updateSelected(ctx context.Context, set string, setArgs []any, sel string, selArgs ...any) (int64, error) {
-	var n int64
-	err := d.inTx(ctx, func(tx Tx) error {
-		ids, err := queryIDs(ctx, tx, sel, selArgs...)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		args := append(append([]any{}, setArgs...), int64Args(ids)...)
-		res, err := tx.ExecContext(ctx, `UPDATE `+d.table+d.d.ByID()+` `+set+`
-WHERE id IN (`+placeholders(len(ids))+`) AND status = 'failed'`, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
+	return d.changeSelected(ctx, `UPDATE `+d.table+d.d.ByID()+` `+set, setArgs, `status = 'failed'`, sel, selArgs...)
 }
 
 // DeadLetterRetryStats counts the scheduled slow retries.

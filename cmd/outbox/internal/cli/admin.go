@@ -94,7 +94,7 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 			if err := check.WithDefaults().Validate(); err != nil {
 				return adminConfigError(err)
 			}
-			db, closer, _, err := a.openDatabase(cmd.Context(), "")
+			db, closer, _, err := a.openDatabase(cmd.Context())
 			if err != nil {
 				return err
 			}

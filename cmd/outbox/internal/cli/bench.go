@@ -113,7 +113,7 @@ scenarios that finished and exits 130.`,
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return benchConfigError(err)
 			}
-			db, err := a.benchDatabase()
+			db, _, err := a.parseDatabase()
 			if err != nil {
 				return err
 			}
@@ -194,28 +194,6 @@ func (a *app) writeBenchResult(res bench.Result, asJSON bool) error {
 		return enc.Encode(res)
 	}
 	return writeBenchText(a.stdout, res)
-}
-
-// benchDatabase parses the database URL: PostgreSQL as every command does
-// (a pool config, its password redacted), SQLite and MySQL/MariaDB with
-// dburl. It connects to nothing.
-func (a *app) benchDatabase() (*dburl.Config, error) {
-	raw, err := a.databaseURL("")
-	if err != nil {
-		return nil, err
-	}
-	if !isSQLURL(raw) {
-		pc, err := a.poolConfig("")
-		if err != nil {
-			return nil, err
-		}
-		return &dburl.Config{Kind: dburl.KindPostgres, Postgres: pc, Redacted: redactDatabaseURL(raw)}, nil
-	}
-	db, err := dburl.Parse(raw)
-	if err != nil {
-		return nil, usagef("invalid %s: %w", a.databaseURLName, err)
-	}
-	return db, nil
 }
 
 // benchSink opens the --sink for the bench: nil for discard: (the bench's

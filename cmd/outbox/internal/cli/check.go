@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox/internal/check"
-	"github.com/outboxkit/outbox/internal/dburl"
 )
 
 // ExitInterrupted is the exit code of a check stopped by SIGINT or
@@ -105,18 +104,12 @@ func (a *app) runCheck(cmd *cobra.Command, cf *checkFlags) error {
 	if cmd.Flags().Changed("sink") && cf.sinkURL == "" {
 		return usagef("invalid --sink: is empty: name a sink URL, or remove the flag for the local receiver")
 	}
-	raw, err := a.databaseURL("")
+	db, raw, err := a.parseDatabase()
 	if err != nil {
 		return err
 	}
 	cfg := cf.cfg
-	if isSQLURL(raw) {
-		if _, err := dburl.Parse(raw); err != nil {
-			return usagef("invalid %s: %w", a.databaseURLName, err)
-		}
-	} else if cfg.Postgres, err = a.poolConfig(""); err != nil {
-		return err
-	}
+	cfg.Postgres = db.Postgres // nil for SQLite and MySQL/MariaDB
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the outbox binary to run relays: %w", err)

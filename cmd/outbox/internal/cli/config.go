@@ -144,14 +144,9 @@ func (c *fileConfig) get(flag string) (fileValue, bool) {
 	return v, ok
 }
 
-// loadConfigFile reads and parses path. Its errors are usage errors that
-// name the file, the line and the key.
-func loadConfigFile(path string) (*fileConfig, error) {
-	return readConfigFile(path, nil)
-}
-
-// readConfigFile is loadConfigFile reading the values of only the keys
-// read picks (every key when read is nil).
+// readConfigFile reads and parses path, reading the values of only the
+// keys read picks (every key when read is nil). Its errors are usage
+// errors that name the file, the line and the key.
 func readConfigFile(path string, read func(fileKey) bool) (*fileConfig, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -186,14 +181,9 @@ func configError(path string, line int, format string, args ...any) error {
 // yamlLine finds the line number in a yaml.v3 error message.
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
 
-// parseConfigFile parses the YAML config file data, read from path, with
-// ${NAME} references resolved by lookup.
-func parseConfigFile(path string, data []byte, lookup func(string) (string, bool)) (*fileConfig, error) {
-	return parseConfig(path, data, lookup, nil)
-}
-
-// parseConfig is parseConfigFile reading the values of only the keys read
-// picks (every key when read is nil).
+// parseConfig parses the YAML config file data, read from path, with
+// ${NAME} references resolved by lookup, reading the values of only the
+// keys read picks (every key when read is nil).
 func parseConfig(path string, data []byte, lookup func(string) (string, bool), read func(fileKey) bool) (*fileConfig, error) {
 	cfg := &fileConfig{path: path, values: map[string]fileValue{}, read: read}
 	dec := yaml.NewDecoder(bytes.NewReader(data))

@@ -78,7 +78,7 @@ observability:
 
 func TestParseConfigFileEveryKey(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfigFile("relay.yaml", []byte(fullConfig), env(map[string]string{"DB_PASSWORD": "pw$1", "WEBHOOK_SECRET": "whsec", "KEY_DIR": "/run/keys"}))
+	cfg, err := parseConfig("relay.yaml", []byte(fullConfig), env(map[string]string{"DB_PASSWORD": "pw$1", "WEBHOOK_SECRET": "whsec", "KEY_DIR": "/run/keys"}), nil)
 	require.NoError(t, err)
 	require.Len(t, cfg.values, len(fileKeys), "the example sets every key")
 
@@ -122,7 +122,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 func TestParseConfigFileEmpty(t *testing.T) {
 	t.Parallel()
 	for _, data := range []string{"", "# nothing\n", "---\n", "~\n", "relay:\n"} {
-		cfg, err := parseConfigFile("c.yaml", []byte(data), env(nil))
+		cfg, err := parseConfig("c.yaml", []byte(data), env(nil), nil)
 		require.NoError(t, err, "%q", data)
 		require.Empty(t, cfg.values, "%q", data)
 	}
@@ -175,7 +175,7 @@ func TestParseConfigFileErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := parseConfigFile("c.yaml", []byte(tt.data), env(map[string]string{}))
+			_, err := parseConfig("c.yaml", []byte(tt.data), env(map[string]string{}), nil)
 			require.Error(t, err)
 			var ue *usageError
 			require.True(t, errors.As(err, &ue), "a usage error: exit 2")
@@ -194,7 +194,7 @@ func TestParseConfigFileNeverQuotesSecrets(t *testing.T) {
 		"sink:\n  webhook_secret: " + secret + "${\n",
 		"observability:\n  alert_webhook: ftp://u:" + secret + "@h/p?token=" + secret + "\n",
 	} {
-		_, err := parseConfigFile("c.yaml", []byte(data), env(nil))
+		_, err := parseConfig("c.yaml", []byte(data), env(nil), nil)
 		require.Error(t, err, data)
 		require.NotContains(t, err.Error(), secret)
 	}
@@ -224,17 +224,17 @@ func TestExpandEnv(t *testing.T) {
 func TestLoadConfigFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	_, err := loadConfigFile(filepath.Join(dir, "missing.yaml"))
+	_, err := readConfigFile(filepath.Join(dir, "missing.yaml"), nil)
 	require.ErrorContains(t, err, "missing.yaml: no such file or directory: name a readable YAML file")
 
 	big := filepath.Join(dir, "big.yaml")
 	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("#", configFileMax+1)), 0o600))
-	_, err = loadConfigFile(big)
+	_, err = readConfigFile(big, nil)
 	require.ErrorContains(t, err, "larger than")
 
 	ok := filepath.Join(dir, "ok.yaml")
 	require.NoError(t, os.WriteFile(ok, []byte("relay:\n  workers: 3\n"), 0o600))
-	cfg, err := loadConfigFile(ok)
+	cfg, err := readConfigFile(ok, nil)
 	require.NoError(t, err)
 	v, found := cfg.get("workers")
 	require.True(t, found)
@@ -269,7 +269,7 @@ func FuzzParseConfigFile(f *testing.F) {
 	}
 	lookup := env(map[string]string{"X": "x"})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := parseConfigFile("f.yaml", data, lookup)
+		cfg, err := parseConfig("f.yaml", data, lookup, nil)
 		if err != nil {
 			msg := err.Error()
 			var ue *usageError
@@ -329,7 +329,7 @@ func TestDocsConfigExample(t *testing.T) {
 		}
 		return "x", true
 	}
-	cfg, err := parseConfigFile("brokers.md", []byte(example), anything)
+	cfg, err := parseConfig("brokers.md", []byte(example), anything, nil)
 	require.NoError(t, err)
 	require.NotEmpty(t, cfg.values)
 	for _, k := range fileKeys {

@@ -24,19 +24,15 @@ const connectTimeout = 15 * time.Second
 // errNoDatabase is the answer when no database URL was given.
 var errNoDatabase = &usageError{err: errors.New("no database: pass --database-url or set " + EnvDatabaseURL + " (or database.url in the --config file)")}
 
-// databaseURL returns --database-url, else $OUTBOX_DATABASE_URL, else
-// fallback, else the --config file's database.url; with none of them it is
-// a usage error.
-func (a *app) databaseURL(fallback string) (string, error) {
+// databaseURL returns --database-url, else $OUTBOX_DATABASE_URL, else the
+// --config file's database.url; with none of them it is a usage error.
+func (a *app) databaseURL() (string, error) {
 	u := a.databaseURLFlag
 	if u == "" {
 		u = os.Getenv(EnvDatabaseURL)
 	}
-	if u == "" {
-		u = fallback
-	}
 	a.databaseURLName = "--database-url"
-	if file, origin, ok := a.fileDatabaseURL(); ok && (u == "" || u == fallback && fallback == file) {
+	if file, origin, ok := a.fileDatabaseURL(); ok && u == "" {
 		u, a.databaseURLName = file, origin
 	}
 	if u == "" {
@@ -51,8 +47,8 @@ func (a *app) databaseURL(fallback string) (string, error) {
 
 // poolConfig parses the database URL. A URL that does not parse is a usage
 // error; pgx masks its password and the redactor masks what pgx missed.
-func (a *app) poolConfig(fallback string) (*pgxpool.Config, error) {
-	raw, err := a.databaseURL(fallback)
+func (a *app) poolConfig() (*pgxpool.Config, error) {
+	raw, err := a.databaseURL()
 	if err != nil {
 		return nil, err
 	}
@@ -120,27 +116,43 @@ func isSQLURL(raw string) bool {
 	return false
 }
 
-// openDatabase opens the database the flags name (or fallback): PostgreSQL
-// through a pgx pool as connect does, SQLite and MySQL/MariaDB through
-// dburl. The closer closes the pool.
-func (a *app) openDatabase(ctx context.Context, fallback string) (outbox.Database, io.Closer, dburl.Kind, error) {
-	raw, err := a.databaseURL(fallback)
+// parseDatabase parses the database URL the flags, environment or config
+// file name, connecting to nothing: PostgreSQL as a pool config (its
+// password redacted, PgBouncer mode applied), SQLite and MySQL/MariaDB with
+// dburl. It returns the URL too.
+func (a *app) parseDatabase() (*dburl.Config, string, error) {
+	raw, err := a.databaseURL()
+	if err != nil {
+		return nil, "", err
+	}
+	if !isSQLURL(raw) {
+		pc, err := a.poolConfig()
+		if err != nil {
+			return nil, "", err
+		}
+		return &dburl.Config{Kind: dburl.KindPostgres, Postgres: pc, Redacted: redactDatabaseURL(raw)}, raw, nil
+	}
+	db, err := dburl.Parse(raw)
+	if err != nil {
+		return nil, "", usagef("invalid %s: %w", a.databaseURLName, err)
+	}
+	return db, raw, nil
+}
+
+// openDatabase opens the database the flags name: PostgreSQL through a pgx
+// pool as connect does, SQLite and MySQL/MariaDB through dburl. The closer
+// closes the pool.
+func (a *app) openDatabase(ctx context.Context) (outbox.Database, io.Closer, dburl.Kind, error) {
+	c, raw, err := a.parseDatabase()
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if !isSQLURL(raw) {
-		cfg, err := a.poolConfig(fallback)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		pool, err := a.open(ctx, cfg)
+	if c.Kind == dburl.KindPostgres {
+		pool, err := a.open(ctx, c.Postgres)
 		if err != nil {
 			return nil, nil, "", err
 		}
 		return outbox.Postgres(pool), dburl.PgPool{Pool: pool}, dburl.KindPostgres, nil
-	}
-	if _, err := dburl.Parse(raw); err != nil {
-		return nil, nil, "", usagef("invalid %s: %w", a.databaseURLName, err)
 	}
 	db, closer, kind, err := dburl.Open(ctx, raw, dburl.Options{ConnectTimeout: connectTimeout})
 	if err != nil {
@@ -153,7 +165,7 @@ func (a *app) openDatabase(ctx context.Context, fallback string) (outbox.Databas
 // manager connects and returns a Manager for --schema, after checking that
 // the outbox table exists. Call the returned func to close the pool.
 func (a *app) manager(ctx context.Context) (*outbox.Manager, func(), error) {
-	db, closer, _, err := a.openDatabase(ctx, "")
+	db, closer, _, err := a.openDatabase(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

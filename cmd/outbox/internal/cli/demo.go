@@ -118,7 +118,7 @@ func demoEvent(o demoOrder) outbox.Message {
 
 // demoPostgres prepares the demo's schema on PostgreSQL.
 func (a *app) demoPostgres(ctx context.Context, schema string, say func(string, ...any)) (*demoStore, error) {
-	pc, err := a.poolConfig("")
+	pc, err := a.poolConfig()
 	if err != nil {
 		return nil, err
 	}

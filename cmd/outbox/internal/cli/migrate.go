@@ -61,7 +61,7 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 			if a.pgbouncer {
 				return usagef("invalid %s: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer", a.globalName("pgbouncer"))
 			}
-			db, closer, kind, err := a.openDatabase(cmd.Context(), "")
+			db, closer, kind, err := a.openDatabase(cmd.Context())
 			if err != nil {
 				return err
 			}

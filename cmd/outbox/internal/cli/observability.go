@@ -124,8 +124,7 @@ type observers struct {
 	served  chan struct{}
 	alerter *outboxalert.Alerter
 	tracer  *sdktrace.TracerProvider
-	// ready answers /readyz; state is the relay it reports on.
-	ready *readiness
+	// state is the relay /readyz reports on.
 	state *relayState
 }
 
@@ -176,8 +175,9 @@ func (a *app) startObservers(ctx context.Context, o *observability, db outbox.Da
 func (obs *observers) serveMetrics(ctx context.Context, addr string, db outbox.Database, cfg *outbox.RelayConfig, sink string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mgr := outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema})
 	m, err := outboxprom.New(outboxprom.Config{Registerer: reg, Schema: cfg.Schema, Sink: sink, Logger: obs.log,
-		Manager: outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema})})
+		Manager: mgr})
 	if err != nil {
 		return err
 	}
@@ -192,11 +192,11 @@ func (obs *observers) serveMetrics(ctx context.Context, addr string, db outbox.D
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	obs.state = &relayState{stopping: ctx}
-	obs.ready = &readiness{redact: obs.redact}
-	obs.ready.add("relay", obs.state.check)
-	obs.ready.add("database", databaseCheck(outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema})))
-	obs.ready.add("sink", obs.state.sinkCheck)
-	mux.Handle("GET /readyz", obs.ready)
+	ready := &readiness{redact: obs.redact}
+	ready.add("relay", obs.state.check)
+	ready.add("database", databaseCheck(mgr))
+	ready.add("sink", obs.state.sinkCheck)
+	mux.Handle("GET /readyz", ready)
 	obs.metrics = m
 	obs.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(obs.log.Handler(), slog.LevelWarn)}

@@ -188,18 +188,11 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err != nil {
 		return err
 	}
-	rawDB, err := a.databaseURL(m.databaseURL())
+	db, rawDB, err := a.parseDatabase()
 	if err != nil {
 		return err
 	}
-	var pc *pgxpool.Config // nil for SQLite and MySQL/MariaDB
-	if !isSQLURL(rawDB) {
-		if pc, err = a.poolConfig(m.databaseURL()); err != nil {
-			return err
-		}
-	} else if _, err := dburl.Parse(rawDB); err != nil {
-		return usagef("invalid %s: %w", m.name("database-url"), err)
-	}
+	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
 	cfg.Schema, cfg.Logger, cfg.PgBouncer = a.schema, a.logger, a.pgbouncer
@@ -367,9 +360,6 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	if v, ok := m.fromEnvOrFile("alert-webhook", EnvAlertWebhook); ok {
 		rf.obs.alertWebhook = v
 	}
-	if v, ok := m.fromFile("schema"); ok {
-		a.schema = v.str
-	}
 	strs := map[string]*string{
 		"relay-id": &rf.cfg.RelayID, "retention": &rf.retention, "source": &rf.so.Source,
 		"route": &rf.route, "metrics-addr": &rf.obs.metricsAddr,
@@ -387,8 +377,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		"dead-letter-retry": &rf.cfg.DeadLetterRetry, "schedule-lease": &rf.cfg.ScheduleLease,
 		"probe-interval": &rf.cfg.ProbeInterval, "probe-interval-max": &rf.cfg.ProbeIntervalMax, "summary-interval": &rf.cfg.SummaryInterval,
 	}
-	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "pgbouncer": &a.pgbouncer,
-		"webhook-deny-private": &rf.so.WebhookDenyPrivate}
+	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "webhook-deny-private": &rf.so.WebhookDenyPrivate}
 	for flag, dst := range strs {
 		if v, ok := m.fromFile(flag); ok {
 			*dst = v.str
@@ -422,16 +411,6 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		rf.eventTypes[i] = strings.TrimSpace(p)
 	}
 	return nil
-}
-
-// databaseURL is the file's database URL, the fallback after
-// --database-url and $OUTBOX_DATABASE_URL.
-func (m *merger) databaseURL() string {
-	if m.flags.Changed("database-url") || os.Getenv(EnvDatabaseURL) != "" {
-		return ""
-	}
-	v, _ := m.fromFile("database-url")
-	return v.str
 }
 
 // router builds the router --route, --route-rule and the file's routing
