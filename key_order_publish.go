@@ -88,7 +88,7 @@ func PublishKeyRuns(events []Event, errs []error, workers int, send func(i int) 
 // PublishKeyWaves is the key-ordered path (see KeyOrdered) of a sink that
 // pipelines a batch: publish sends the events at the batch indexes of one
 // wave together (pipelined, concurrently) and sets their entries in errs
-// (nil when delivered), touching no others. Wave n holds the n-th event of
+// (nil when delivered), touching no others; it may keep the wave slice. Wave n holds the n-th event of
 // every aggregate whose earlier events were all delivered, so one
 // aggregate's events are acknowledged in batch order while all aggregates
 // stay in flight together: a batch of distinct aggregates is one wave, as
@@ -116,9 +116,11 @@ func PublishKeyWaves(events []Event, errs []error, together func(earlier, later 
 	for r := range live {
 		live[r] = r
 	}
-	wave := make([]int, 0, len(events))
+	left := len(events)
 	for len(live) > 0 {
-		wave = wave[:0]
+		// A new slice for every wave: publish may hand it to a goroutine
+		// that outlives its call once ctx ended.
+		wave := make([]int, 0, left)
 		n := 0
 		for _, r := range live {
 			run, j := runs[r], pos[r]
@@ -139,6 +141,7 @@ func PublishKeyWaves(events []Event, errs []error, together func(earlier, later 
 		if len(wave) == 0 {
 			return
 		}
+		left -= len(wave)
 		publish(wave)
 		n = 0
 		for _, r := range live {
