@@ -17,7 +17,7 @@ import (
 )
 
 // fixed routes every event to stream.
-func fixed(t *testing.T, stream string) *route.Router {
+func fixed(t testing.TB, stream string) *route.Router {
 	r, err := route.New(stream)
 	require.NoError(t, err)
 	return r
