@@ -14,16 +14,29 @@ type aggregateKey struct{ typ, id string }
 // order, the runs in the order of their first event. A sink's key-ordered
 // path (see KeyOrdered) sends each run in sequence.
 func KeyRuns(events []Event) [][]int {
-	runs := make([][]int, 0, len(events))
+	// Two passes, so that the runs share one backing array.
+	runOf := make([]int, len(events))
 	at := make(map[aggregateKey]int, len(events))
+	var sizes []int
 	for i := range events {
 		k := aggregateKey{events[i].AggregateType, events[i].AggregateID}
 		r, ok := at[k]
 		if !ok {
-			r = len(runs)
+			r = len(sizes)
 			at[k] = r
-			runs = append(runs, nil)
+			sizes = append(sizes, 0)
 		}
+		runOf[i] = r
+		sizes[r]++
+	}
+	flat := make([]int, len(events))
+	runs := make([][]int, len(sizes))
+	off := 0
+	for r, n := range sizes {
+		runs[r] = flat[off:off:off+n]
+		off += n
+	}
+	for i, r := range runOf {
 		runs[r] = append(runs[r], i)
 	}
 	return runs
@@ -116,11 +129,10 @@ func PublishKeyWaves(events []Event, errs []error, together func(earlier, later 
 	for r := range live {
 		live[r] = r
 	}
-	left := len(events)
 	for len(live) > 0 {
 		// A new slice for every wave: publish may hand it to a goroutine
 		// that outlives its call once ctx ended.
-		wave := make([]int, 0, left)
+		wave := make([]int, 0, len(live))
 		n := 0
 		for _, r := range live {
 			run, j := runs[r], pos[r]
@@ -141,7 +153,6 @@ func PublishKeyWaves(events []Event, errs []error, together func(earlier, later 
 		if len(wave) == 0 {
 			return
 		}
-		left -= len(wave)
 		publish(wave)
 		n = 0
 		for _, r := range live {
