@@ -33,7 +33,7 @@ func KeyRuns(events []Event) [][]int {
 	runs := make([][]int, len(sizes))
 	off := 0
 	for r, n := range sizes {
-		runs[r] = flat[off:off:off+n]
+		runs[r] = flat[off : off : off+n]
 		off += n
 	}
 	for i, r := range runOf {
