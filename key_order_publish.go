@@ -101,11 +101,12 @@ func PublishKeyRuns(events []Event, errs []error, workers int, send func(i int) 
 // PublishKeyWaves is the key-ordered path (see KeyOrdered) of a sink that
 // pipelines a batch: publish sends the events at the batch indexes of one
 // wave together (pipelined, concurrently) and sets their entries in errs
-// (nil when delivered), touching no others; it may keep the wave slice. Wave n holds the n-th event of
-// every aggregate whose earlier events were all delivered, so one
-// aggregate's events are acknowledged in batch order while all aggregates
-// stay in flight together: a batch of distinct aggregates is one wave, as
-// fast as the unordered path.
+// (nil when delivered), touching no others; it may keep the wave slice,
+// which lists each aggregate's events in batch order. Wave n holds the
+// n-th event of every aggregate whose earlier events were all delivered,
+// so one aggregate's events are acknowledged in batch order while all
+// aggregates stay in flight together: a batch of distinct aggregates is
+// one wave, as fast as the unordered path.
 //
 // together, when not nil, reports whether the event at index later may
 // travel in the same wave as the event of its aggregate at index earlier
