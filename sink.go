@@ -14,6 +14,12 @@ import "context"
 // Publish must return when ctx ends; the relay bounds each call by its sink
 // timeout, which is shorter than the lease. Publish may be called from
 // several goroutines at once.
+//
+// When KeyOrdered(ctx) reports true, Publish must also keep each
+// aggregate's events in batch order, as KeyOrdered describes; when it
+// reports false, no order is asked for. PublishKeyRuns (for a sink that
+// sends one event at a time) and PublishKeyWaves (for one that pipelines a
+// batch) do the bookkeeping; sinktest.Run checks it.
 type Sink interface {
 	Publish(ctx context.Context, events []Event) []error
 }

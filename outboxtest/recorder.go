@@ -2,6 +2,7 @@ package outboxtest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -31,21 +32,35 @@ func (r *Recorder) SetFail(fail func(outbox.Event) error) {
 	r.fail = fail
 }
 
-// Publish records events.
+// Publish records events, in batch order. With outbox.KeyOrdered(ctx), once
+// an event fails the later events of its aggregate in the batch are not
+// recorded and get outbox.ErrEarlierEventFailed.
 func (r *Recorder) Publish(ctx context.Context, events []outbox.Event) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
 	errs := make([]error, len(events))
+	var failed map[[2]string]int64 // key-ordered: the failed event of an aggregate
+	if outbox.KeyOrdered(ctx) {
+		failed = make(map[[2]string]int64)
+	}
 	for i, e := range events {
-		if err := ctx.Err(); err != nil {
-			errs[i] = err
+		key := [2]string{e.AggregateType, e.AggregateID}
+		if id, ok := failed[key]; ok {
+			errs[i] = fmt.Errorf("outboxtest: event %d: %w (event %d)", e.ID, outbox.ErrEarlierEventFailed, id)
 			continue
 		}
-		if r.fail != nil {
-			if errs[i] = r.fail(e); errs[i] != nil {
-				continue
+		switch {
+		case ctx.Err() != nil:
+			errs[i] = ctx.Err()
+		case r.fail != nil:
+			errs[i] = r.fail(e)
+		}
+		if errs[i] != nil {
+			if failed != nil {
+				failed[key] = e.ID
 			}
+			continue
 		}
 		r.events = append(r.events, e)
 	}

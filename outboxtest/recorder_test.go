@@ -45,3 +45,32 @@ func ids(events []outbox.Event) []int64 {
 	}
 	return out
 }
+
+func TestRecorderKeyOrdered(t *testing.T) {
+	t.Parallel()
+	r := outboxtest.NewRecorder()
+	boom := errors.New("boom")
+	r.SetFail(func(e outbox.Event) error {
+		if e.ID == 3 {
+			return boom
+		}
+		return nil
+	})
+	events := []outbox.Event{
+		{ID: 1, AggregateType: "order", AggregateID: "a"},
+		{ID: 2, AggregateType: "order", AggregateID: "b"},
+		{ID: 3, AggregateType: "order", AggregateID: "a"},
+		{ID: 4, AggregateType: "order", AggregateID: "b"},
+		{ID: 5, AggregateType: "order", AggregateID: "a"},
+		{ID: 6, AggregateType: "invoice", AggregateID: "a"},
+	}
+	errs := r.Publish(outbox.WithKeyOrder(t.Context()), events)
+	require.ErrorIs(t, errs[2], boom)
+	require.ErrorIs(t, errs[4], outbox.ErrEarlierEventFailed, "a's event after the failed one is held back")
+	require.Equal(t, []int64{1, 2, 4, 6}, ids(r.Events()), "other aggregates are recorded, in batch order")
+
+	// Unordered, the later event is recorded.
+	errs = r.Publish(t.Context(), events)
+	require.ErrorIs(t, errs[2], boom)
+	require.NoError(t, errs[4])
+}

@@ -20,7 +20,11 @@
 // -race), Publish returns promptly once its context ends, and errors caused
 // by a cancelled context are retryable, never permanent, and a destination
 // that refuses connections fails every event with an error marked
-// outbox.Unavailable (Harness.Unreachable).
+// outbox.Unavailable (Harness.Unreachable). In key-ordered mode
+// (outbox.WithKeyOrder) each aggregate's events of a batch that interleaves
+// several aggregates arrive in batch order, and once one of them fails
+// (Harness.Reject) the later ones are not sent and get
+// outbox.ErrEarlierEventFailed while the other aggregates are delivered.
 //
 // # Relay scenarios
 //
@@ -64,10 +68,13 @@ type Harness struct {
 	// Sink is the sink under test. Required.
 	Sink outbox.Sink
 	// Delivered returns every event the destination has received so far,
-	// in any order, duplicates included. The suite polls it until the
-	// events it expects show up, so a destination that receives
-	// asynchronously (a broker consumer) only has to report what it has
-	// seen. Required.
+	// duplicates included. The suite polls it until the events it expects
+	// show up, so a destination that receives asynchronously (a broker
+	// consumer) only has to report what it has seen. Events of different
+	// aggregates may come in any order, but one aggregate's events must
+	// come in the order the destination got (or stores) them: the KeyOrder
+	// checks read the order of each aggregate's first deliveries from it.
+	// Required.
 	Delivered func(t *testing.T) []Delivery
 	// Stall, when set, makes every delivery from now on hang at the
 	// destination until release is called. stalled must receive (or be
@@ -89,6 +96,16 @@ type Harness struct {
 	// spends no attempts while the destination is down, and that a sink
 	// with a health check (outbox.HealthChecker) reports it unreachable.
 	Unreachable func(t *testing.T) outbox.Sink
+	// Reject, when set, changes e, an event with a small JSON payload,
+	// so that it fails without changing its aggregate: at the destination
+	// where it can refuse one message and take the next (a stream key of
+	// the wrong type, a message over the stream's size limit, an HTTP 4xx
+	// for its ID), else in the sink before sending (a route the
+	// destination cannot carry, a record over the client's limit). The
+	// suite then checks, in key-ordered mode (outbox.WithKeyOrder), that
+	// the later events of its aggregate are not sent and get
+	// outbox.ErrEarlierEventFailed while other aggregates are delivered.
+	Reject func(t *testing.T, e *outbox.Event)
 }
 
 // Delivery is one event as the destination received it.
@@ -119,6 +136,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"CancelWhileStalled", testCancelWhileStalled},
 		{"FailingDestination", testFailingDestination},
 		{"UnreachableDestination", testUnreachableDestination},
+		{"KeyOrder", testKeyOrder},
+		{"KeyOrderAfterFailure", testKeyOrderAfterFailure},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {

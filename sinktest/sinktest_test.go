@@ -3,6 +3,7 @@ package sinktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ type memorySink struct {
 	failing atomic.Bool
 	stall   atomic.Pointer[chan struct{}]
 	stalled chan struct{}
+	reject  sync.Map // event IDs it refuses
 }
 
 func (s *memorySink) Publish(ctx context.Context, events []outbox.Event) []error {
@@ -48,10 +50,28 @@ func (s *memorySink) Publish(ctx context.Context, events []outbox.Event) []error
 	if err := ctx.Err(); err != nil {
 		return outbox.BatchError(len(events), err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range events {
+	errs := make([]error, len(events))
+	store := func(i int) error {
+		e := &events[i]
+		if _, ok := s.reject.Load(e.ID); ok {
+			return fmt.Errorf("event %d refused", e.ID)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.got = append(s.got, sinktest.Delivery{ID: e.ID, EventType: e.EventType, Payload: slices.Clone(e.Payload)})
+		return nil
+	}
+	if outbox.KeyOrdered(ctx) {
+		outbox.PublishKeyRuns(events, errs, 4, store)
+	} else {
+		for i := range events {
+			errs[i] = store(i)
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return errs
+		}
 	}
 	return nil
 }
@@ -73,7 +93,8 @@ func TestSuitePassesACorrectSink(t *testing.T) {
 				var once sync.Once
 				return s.stalled, func() { once.Do(func() { close(release) }) }
 			},
-			Fail: func(*testing.T) { s.failing.Store(true) },
+			Fail:   func(*testing.T) { s.failing.Store(true) },
+			Reject: func(_ *testing.T, e *outbox.Event) { s.reject.Store(e.ID, true) },
 		}
 	})
 }

@@ -117,6 +117,13 @@ func (s *Sink) Close() error {
 // unconfirmed when the connection was lost or ctx ended gets a retryable
 // error; an event no broker would accept (a routing key longer than 255
 // bytes) gets a permanent one.
+//
+// With outbox.KeyOrdered(ctx), the batch goes in waves (see
+// outbox.PublishKeyWaves) with at most one message per aggregate: RabbitMQ
+// routes one channel's messages in order, but a message it returns or
+// nacks does not stop the ones behind it, so an aggregate's next event is
+// published only once the previous one was confirmed. A batch of distinct
+// aggregates is a single wave.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
@@ -133,10 +140,10 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		msgs[i] = m
 		todo = append(todo, i)
 	}
-	for len(todo) > 0 {
-		n := min(len(todo), confirmWindow)
-		s.publishWindow(ctx, events, msgs, todo[:n], errs)
-		todo = todo[n:]
+	if outbox.KeyOrdered(ctx) {
+		outbox.PublishKeyWaves(events, errs, nil, func(wave []int) { s.publishWindows(ctx, events, msgs, wave, errs) })
+	} else {
+		s.publishWindows(ctx, events, msgs, todo, errs)
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -144,6 +151,16 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		}
 	}
 	return nil
+}
+
+// publishWindows publishes the events at todo in windows of up to
+// confirmWindow messages and sets their results.
+func (s *Sink) publishWindows(ctx context.Context, events []outbox.Event, msgs []message, todo []int, errs []error) {
+	for len(todo) > 0 {
+		n := min(len(todo), confirmWindow)
+		s.publishWindow(ctx, events, msgs, todo[:n], errs)
+		todo = todo[n:]
+	}
 }
 
 // publishWindow publishes the events at idx and sets their results. The

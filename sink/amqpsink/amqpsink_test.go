@@ -2,6 +2,7 @@ package amqpsink_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,14 @@ func TestConformance(t *testing.T) {
 			Unreachable: func(*testing.T) outbox.Sink {
 				fail.Refuse()
 				return s
+			},
+			// Routed where no queue is bound: the broker returns that
+			// message and routes the ones behind it.
+			Reject: func(t *testing.T, e *outbox.Event) {
+				require.NoError(t, a.ch.QueueBind(exchange, "order.#", exchange, false, nil))
+				require.NoError(t, a.ch.QueueUnbind(exchange, "#", exchange, nil))
+				e.Headers = maps.Clone(e.Headers)
+				e.Headers[route.Header] = "nobody.order.created"
 			},
 		}
 	})

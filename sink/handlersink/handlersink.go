@@ -117,17 +117,25 @@ func (s *Sink) handler(eventType string) HandlerFunc {
 // once, and returns one result per event (nil when every handler
 // succeeded). Once ctx ends, events not yet started get ctx's error, which
 // is retryable; Publish waits for handlers already running to return.
+//
+// With outbox.KeyOrdered(ctx), one aggregate's events are handled one after
+// another, in batch order, while different aggregates still go
+// concurrently; once a handler fails, the later events of its aggregate
+// are not handled and get outbox.ErrEarlierEventFailed.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
 	errs := make([]error, len(events))
 	workers := min(s.cfg.Concurrency, len(events))
-	if workers == 1 {
+	switch {
+	case outbox.KeyOrdered(ctx):
+		outbox.PublishKeyRuns(events, errs, workers, func(i int) error { return s.handle(ctx, &events[i]) })
+	case workers == 1:
 		for i := range events {
 			errs[i] = s.handle(ctx, &events[i])
 		}
-	} else {
+	default:
 		next := make(chan int)
 		var wg sync.WaitGroup
 		for range workers {

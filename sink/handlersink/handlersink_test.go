@@ -55,6 +55,7 @@ func TestConformance(t *testing.T) {
 					mu      sync.Mutex
 					got     []sinktest.Delivery
 					failing atomic.Bool
+					reject  atomic.Int64                  // an event ID whose handler fails
 					stall   atomic.Pointer[chan struct{}] // release channel while stalled
 					stalled = make(chan struct{}, 1)
 				)
@@ -62,6 +63,9 @@ func TestConformance(t *testing.T) {
 				s.HandleAll(func(ctx context.Context, e outbox.Event) error {
 					if failing.Load() {
 						return errors.New("read model database is down")
+					}
+					if e.ID == reject.Load() {
+						return errors.New("invoice is locked")
 					}
 					if release := stall.Load(); release != nil {
 						select {
@@ -92,7 +96,8 @@ func TestConformance(t *testing.T) {
 						var once sync.Once
 						return stalled, func() { once.Do(func() { stall.Store(nil); close(release) }) }
 					},
-					Fail: func(*testing.T) { failing.Store(true) },
+					Fail:   func(*testing.T) { failing.Store(true) },
+					Reject: func(_ *testing.T, e *outbox.Event) { reject.Store(e.ID) },
 				}
 			})
 		})

@@ -168,32 +168,85 @@ type result struct {
 // topic is illegal or missing, or whose record is too large, fails
 // permanently; broker outages, timeouts and a context that ends are
 // retryable.
+//
+// With outbox.KeyOrdered(ctx), an aggregate's records that go to one topic
+// are produced together: they share a key, so a partition, and the
+// idempotent producer appends them in order and fails every buffered
+// record of the partition after one that fails (franz-go's
+// failAllRecords; the broker refuses a later batch whose sequence skips a
+// failed one). Their results then say outbox.ErrEarlierEventFailed. The
+// two cases where a record fails alone are kept out of a shared pipeline:
+// an aggregate's next record that goes to another topic, and the record
+// after one that may be too large for a batch (which the client fails
+// before buffering it), wait for the previous record's ack (see
+// outbox.PublishKeyWaves). A record with no aggregate ID is keyed by its
+// aggregate type, so it too has a fixed partition.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
 	errs := make([]error, len(events))
 	topics := make([]string, len(events))
-	// Buffered for every event: a promise that runs after Publish returned
-	// (its context ended) must not block the client's promise goroutine.
-	results := make(chan result, len(events))
-	waiting := make(map[int]bool, len(events))
-	failed := false
+	records := make([]*kgo.Record, len(events))
+	idx := make([]int, 0, len(events))
+	ordered := outbox.KeyOrdered(ctx)
 	for i := range events {
 		e := &events[i]
 		topics[i] = s.cfg.Router.Route(e)
 		if err := checkTopic(topics[i]); err != nil {
 			errs[i] = outbox.Permanent(fmt.Errorf("kafkasink: event %d: topic %w", e.ID, err))
-			failed = true
 			continue
 		}
+		records[i] = newRecord(topics[i], s.cfg.Source, e)
+		if ordered && records[i].Key == nil {
+			records[i].Key = append([]byte{}, e.AggregateType...) // not nil: a nil key has no fixed partition
+		}
+		idx = append(idx, i)
+	}
+	switch {
+	case ordered:
+		together := func(earlier, later int) bool {
+			return topics[earlier] == topics[later] && !s.mayBeTooLarge(records[earlier])
+		}
+		outbox.PublishKeyWaves(events, errs, together, func(wave []int) { s.produce(ctx, events, topics, records, wave, errs) })
+	case len(idx) > 0:
+		s.produce(ctx, events, topics, records, idx, errs)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return errs
+		}
+	}
+	return nil
+}
+
+// mayBeTooLarge reports whether r might not fit in a record batch of
+// MaxRecordBytes, which the client fails alone, before buffering: an
+// overestimate of its size in a batch of its own, with room to spare for
+// the batch header of any protocol version.
+func (s *Sink) mayBeTooLarge(r *kgo.Record) bool {
+	n := len(r.Key) + len(r.Value) + 64
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 10
+	}
+	return n+4096 > s.cfg.MaxRecordBytes
+}
+
+// produce produces the records at idx, waits for their acks and sets their
+// results in errs.
+func (s *Sink) produce(ctx context.Context, events []outbox.Event, topics []string, records []*kgo.Record, idx []int, errs []error) {
+	// Buffered for every record: a promise that runs after Publish
+	// returned (its context ended) must not block the client's promise
+	// goroutine.
+	results := make(chan result, len(idx))
+	waiting := make(map[int]bool, len(idx))
+	for _, i := range idx {
 		if ctx.Err() != nil {
-			errs[i] = fmt.Errorf("kafkasink: event %d: not produced: %w", e.ID, context.Cause(ctx))
-			failed = true
+			errs[i] = fmt.Errorf("kafkasink: event %d: not produced: %w", events[i].ID, context.Cause(ctx))
 			continue
 		}
 		waiting[i] = true
-		s.client.Produce(ctx, newRecord(topics[i], s.cfg.Source, e), func(_ *kgo.Record, err error) {
+		s.client.Produce(ctx, records[i], func(_ *kgo.Record, err error) {
 			results <- result{i: i, err: err}
 		})
 	}
@@ -201,7 +254,6 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		delete(waiting, r.i)
 		if r.err != nil {
 			errs[r.i] = s.produceError(ctx, &events[r.i], topics[r.i], r.err)
-			failed = true
 		}
 	}
 wait:
@@ -225,13 +277,8 @@ wait:
 		}
 		for i := range waiting {
 			errs[i] = s.produceError(ctx, &events[i], topics[i], errNoAck{cause: context.Cause(ctx)})
-			failed = true
 		}
 	}
-	if !failed {
-		return nil
-	}
-	return errs
 }
 
 // kgoLogger passes the client's warnings and errors to slog.

@@ -41,6 +41,11 @@ func TestConformance(t *testing.T) {
 				f.Refuse()
 				return s
 			},
+			// Larger than MaxRecordBytes: the client fails this record
+			// alone, before buffering it.
+			Reject: func(_ *testing.T, e *outbox.Event) {
+				e.Payload = json.RawMessage(`{"blob":"` + strings.Repeat("x", 1500_000) + `"}`)
+			},
 		}
 		if c.fake != nil {
 			// Brokers that take produce requests and never answer them.

@@ -203,56 +203,35 @@ func (s *Sink) Close() error {
 // lost or ctx ends gets a retryable error; an event whose topic MQTT
 // cannot carry (empty, with a wildcard, starting with $) gets a permanent
 // one, and the others are still published.
+//
+// With outbox.KeyOrdered(ctx), the batch goes in waves (see
+// outbox.PublishKeyWaves) with at most one message per aggregate in flight:
+// the broker keeps one connection's messages in order, but a publish that
+// fails does not stop the ones behind it (a lost connection leaves paho
+// with some delivered and some not), so an aggregate's next event is
+// published only once the previous one was acknowledged. A batch of
+// distinct aggregates is a single wave.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
 	errs := make([]error, len(events))
-	type message struct {
-		i       int
-		topic   string
-		payload []byte
-	}
-	msgs := make([]message, 0, len(events))
+	msgs := make([]message, len(events))
+	idx := make([]int, 0, len(events))
 	for i := range events {
 		topic, payload, err := s.newPayload(&events[i])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		msgs = append(msgs, message{i, topic, payload})
+		msgs[i] = message{topic, payload}
+		idx = append(idx, i)
 	}
-	if len(msgs) > 0 {
-		if err := s.connected(ctx); err != nil {
-			for _, m := range msgs {
-				errs[m.i] = fmt.Errorf("mqttsink: event %d: not sent: %w", events[m.i].ID, err)
-				if !errors.Is(err, errSinkClosed) {
-					errs[m.i] = outbox.Unavailable(errs[m.i])
-				}
-			}
-			return errs
-		}
-		// paho's Publish blocks while its outgoing queue is full (a
-		// broker that stopped reading), so the messages are handed over
-		// on a goroutine and Publish can return when ctx ends.
-		tokens := make(chan mqtt.Token, len(msgs))
-		if !s.goTracked(func() {
-			defer close(tokens)
-			for _, m := range msgs {
-				if ctx.Err() != nil {
-					return
-				}
-				tokens <- s.client.Publish(m.topic, qos, false, m.payload)
-			}
-		}) {
-			for _, m := range msgs {
-				errs[m.i] = fmt.Errorf("mqttsink: event %d: not sent: %w", events[m.i].ID, errSinkClosed)
-			}
-			return errs
-		}
-		for _, m := range msgs {
-			errs[m.i] = s.await(ctx, &events[m.i], m.topic, tokens)
-		}
+	switch {
+	case outbox.KeyOrdered(ctx):
+		outbox.PublishKeyWaves(events, errs, nil, func(wave []int) { s.publish(ctx, events, msgs, wave, errs) })
+	case len(idx) > 0:
+		s.publish(ctx, events, msgs, idx, errs)
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -260,6 +239,47 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		}
 	}
 	return nil
+}
+
+// message is one event's MQTT message.
+type message struct {
+	topic   string
+	payload []byte
+}
+
+// publish publishes the events at idx, waits for their acknowledgements
+// and sets their results in errs.
+func (s *Sink) publish(ctx context.Context, events []outbox.Event, msgs []message, idx []int, errs []error) {
+	if err := s.connected(ctx); err != nil {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("mqttsink: event %d: not sent: %w", events[i].ID, err)
+			if !errors.Is(err, errSinkClosed) {
+				errs[i] = outbox.Unavailable(errs[i])
+			}
+		}
+		return
+	}
+	// paho's Publish blocks while its outgoing queue is full (a broker
+	// that stopped reading), so the messages are handed over on a
+	// goroutine and Publish can return when ctx ends.
+	tokens := make(chan mqtt.Token, len(idx))
+	if !s.goTracked(func() {
+		defer close(tokens)
+		for _, i := range idx {
+			if ctx.Err() != nil {
+				return
+			}
+			tokens <- s.client.Publish(msgs[i].topic, qos, false, msgs[i].payload)
+		}
+	}) {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("mqttsink: event %d: not sent: %w", events[i].ID, errSinkClosed)
+		}
+		return
+	}
+	for _, i := range idx {
+		errs[i] = s.await(ctx, &events[i], msgs[i].topic, tokens)
+	}
 }
 
 // await waits for the next message's acknowledgement.

@@ -128,7 +128,7 @@ func newSink(t *testing.T, cfg natssink.Config) *natssink.Sink {
 	return brokertest.Open(t, func(ctx context.Context) (*natssink.Sink, error) { return natssink.New(ctx, cfg) })
 }
 
-func mustRouter(t *testing.T, template string) *route.Router {
+func mustRouter(t testing.TB, template string) *route.Router {
 	t.Helper()
 	r, err := route.New(template)
 	require.NoError(t, err)

@@ -218,49 +218,73 @@ func (s *Sink) LogValue() slog.Value { return s.cfg.LogValue() }
 // stored). An event whose subject is invalid, whose message is too large or
 // that no stream stores fails permanently; lost connections, missing acks
 // and a context that ends are retryable.
+//
+// With outbox.KeyOrdered(ctx), the batch goes in waves (see
+// outbox.PublishKeyWaves): each wave has at most one message per aggregate
+// in flight, and an aggregate's next message is published only once the
+// previous one was acked. JetStream stores one connection's messages in the
+// order they were sent, but a message that fails (no stream, a full
+// stream, a lost ack) does not stop the ones behind it, so one aggregate's
+// messages cannot share a pipeline. A batch of distinct aggregates is a
+// single wave.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
 	errs := make([]error, len(events))
-	futures := make([]jetstream.PubAckFuture, len(events))
 	subjects := make([]string, len(events))
-	failed := false
-	opts := s.publishOpts(ctx)
 	for i := range events {
-		e := &events[i]
-		subjects[i] = s.cfg.Router.Route(e)
+		subjects[i] = s.cfg.Router.Route(&events[i])
 		if err := checkSubject(subjects[i]); err != nil {
-			errs[i] = outbox.Permanent(fmt.Errorf("natssink: event %d: subject %w", e.ID, err))
-			failed = true
-			continue
+			errs[i] = outbox.Permanent(fmt.Errorf("natssink: event %d: subject %w", events[i].ID, err))
 		}
+	}
+	opts := s.publishOpts(ctx)
+	if outbox.KeyOrdered(ctx) {
+		outbox.PublishKeyWaves(events, errs, nil, func(wave []int) { s.publish(ctx, events, subjects, wave, opts, errs) })
+	} else {
+		idx := make([]int, 0, len(events))
+		for i, err := range errs {
+			if err == nil {
+				idx = append(idx, i)
+			}
+		}
+		s.publish(ctx, events, subjects, idx, opts, errs)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return errs
+		}
+	}
+	return nil
+}
+
+// publish publishes the events at idx asynchronously, waits for their
+// acks and sets their results in errs.
+func (s *Sink) publish(ctx context.Context, events []outbox.Event, subjects []string, idx []int, opts []jetstream.PublishOpt, errs []error) {
+	futures := make([]jetstream.PubAckFuture, len(idx))
+	for j, i := range idx {
+		e := &events[i]
 		if ctx.Err() != nil {
 			errs[i] = fmt.Errorf("natssink: event %d: not published: %w", e.ID, context.Cause(ctx))
-			failed = true
 			continue
 		}
 		f, err := s.js.PublishMsgAsync(newMsg(subjects[i], s.cfg.Source, e), opts...)
 		if err != nil {
 			errs[i] = s.publishError(ctx, e, subjects[i], err)
-			failed = true
 			continue
 		}
-		futures[i] = f
+		futures[j] = f
 	}
-	for i, f := range futures {
+	for j, f := range futures {
 		if f == nil {
 			continue
 		}
+		i := idx[j]
 		if err := s.wait(ctx, f); err != nil {
 			errs[i] = s.publishError(ctx, &events[i], subjects[i], err)
-			failed = true
 		}
 	}
-	if !failed {
-		return nil
-	}
-	return errs
 }
 
 // publishOpts are the options of one message's publish.

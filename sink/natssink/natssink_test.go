@@ -63,6 +63,18 @@ func TestConformance(t *testing.T) {
 				proxy.Refuse()
 				return s
 			},
+			// Larger than the stream takes: the server refuses that
+			// message and stores the ones behind it.
+			Reject: func(t *testing.T, e *outbox.Event) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, err := b.js.UpdateStream(ctx, jetstream.StreamConfig{
+					Name: b.stream, Subjects: []string{b.prefix + ".>"}, Storage: jetstream.MemoryStorage, Duplicates: time.Minute,
+					MaxMsgSize: 8 << 10,
+				})
+				require.NoError(t, err)
+				e.Payload = json.RawMessage(`{"blob":"` + strings.Repeat("x", 16<<10) + `"}`)
+			},
 		}
 	})
 }

@@ -137,13 +137,20 @@ func (s *Sink) Close() error {
 // stream key holds another type of value gets a permanent error, while the
 // others are appended. A connection failure fails the whole batch with a
 // retryable error; go-redis retries it on a new connection first.
+//
+// With outbox.KeyOrdered(ctx), the batch goes in waves (see
+// outbox.PublishKeyWaves), one pipeline each, with at most one XADD per
+// aggregate: Redis runs a pipeline's commands in order, but one that fails
+// (out of memory, a key of the wrong type) does not stop the ones behind
+// it, so an aggregate's next event is sent only once the previous one was
+// appended. A batch of distinct aggregates is a single pipeline.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
 	errs := make([]error, len(events))
-	var idx []int
-	var args []*redis.XAddArgs
+	args := make([]*redis.XAddArgs, len(events))
+	idx := make([]int, 0, len(events))
 	for i := range events {
 		a, err := s.xaddArgs(&events[i])
 		if err != nil {
@@ -151,9 +158,12 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 			continue
 		}
 		idx = append(idx, i)
-		args = append(args, a)
+		args[i] = a
 	}
-	if len(args) > 0 {
+	switch {
+	case outbox.KeyOrdered(ctx):
+		outbox.PublishKeyWaves(events, errs, nil, func(wave []int) { s.run(ctx, events, wave, args, errs) })
+	case len(idx) > 0:
 		s.run(ctx, events, idx, args, errs)
 	}
 	for _, err := range errs {
@@ -183,9 +193,9 @@ func (s *Sink) run(ctx context.Context, events []outbox.Event, idx []int, args [
 	}
 	s.wg.Go(func() {
 		pipe := s.client.Pipeline()
-		cmds := make([]*redis.StringCmd, len(args))
-		for j, a := range args {
-			cmds[j] = pipe.XAdd(ctx, a)
+		cmds := make([]*redis.StringCmd, len(idx))
+		for j, i := range idx {
+			cmds[j] = pipe.XAdd(ctx, args[i])
 		}
 		_, err := pipe.Exec(ctx)
 		done <- result{cmds, err}
@@ -195,7 +205,7 @@ func (s *Sink) run(ctx context.Context, events []outbox.Event, idx []int, args [
 	case r := <-done:
 		for j, i := range idx {
 			if err := r.cmds[j].Err(); err != nil {
-				errs[i] = s.xaddError(ctx, &events[i], args[j].Stream, err)
+				errs[i] = s.xaddError(ctx, &events[i], args[i].Stream, err)
 			}
 		}
 	case <-ctx.Done():

@@ -2,6 +2,7 @@ package redissink_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +17,7 @@ import (
 )
 
 // fixed routes every event to stream.
-func fixed(t *testing.T, stream string) *route.Router {
+func fixed(t testing.TB, stream string) *route.Router {
 	r, err := route.New(stream)
 	require.NoError(t, err)
 	return r
@@ -38,6 +39,14 @@ func TestConformance(t *testing.T) {
 			Unreachable: func(*testing.T) outbox.Sink {
 				fail.Refuse()
 				return s
+			},
+			// Routed to a key that holds a string: the server answers
+			// that XADD with WRONGTYPE and runs the rest of the pipeline.
+			Reject: func(t *testing.T, e *outbox.Event) {
+				notAStream := uniqueKey(t, rdb)
+				require.NoError(t, rdb.Set(t.Context(), notAStream, "a string", 0).Err())
+				e.Headers = maps.Clone(e.Headers)
+				e.Headers[route.Header] = notAStream
 			},
 		}
 	})

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,7 +75,9 @@ type line struct {
 // JSON gets a permanent error and is left out; the others are written. If
 // ctx has ended before the write, or the write fails, every event of the
 // batch gets the same retryable error. A Write that blocks (a full pipe) is
-// not interrupted by ctx.
+// not interrupted by ctx. With outbox.KeyOrdered(ctx), the events after one
+// of their aggregate that could not be encoded are left out as well, with
+// outbox.ErrEarlierEventFailed; lines keep the batch's order either way.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
@@ -86,6 +89,7 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	enc := json.NewEncoder(&buf)
 	// Keep <, > and & (and U+2028/U+2029) in payloads as they are stored.
 	enc.SetEscapeHTML(false)
+	ends := make([]int, len(events)) // where each event's line ends in buf
 	for i := range events {
 		e := &events[i]
 		mark := buf.Len()
@@ -101,6 +105,10 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 			}
 			errs[i] = outbox.Permanent(fmt.Errorf("stdoutsink: event %d: encode as JSON: %w; the stored payload must be valid JSON", e.ID, err))
 		}
+		ends[i] = buf.Len()
+	}
+	if errs != nil && outbox.KeyOrdered(ctx) {
+		buf = keyOrderedLines(events, errs, buf.Bytes(), ends)
 	}
 	if buf.Len() == 0 {
 		return errs // every event failed to encode
@@ -115,6 +123,26 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		return failRest(errs, len(events), fmt.Errorf("stdoutsink: write batch of %d events: %w", len(events), err))
 	}
 	return errs
+}
+
+// keyOrderedLines drops from lines (the batch's lines, event i's ending at
+// ends[i]) the events written after one of their aggregate that failed to
+// encode, and gives them outbox.ErrEarlierEventFailed. The whole batch is
+// one write that fails or succeeds as one, so the events left go together.
+func keyOrderedLines(events []outbox.Event, errs []error, lines []byte, ends []int) bytes.Buffer {
+	var keep []int
+	together := func(int, int) bool { return true }
+	outbox.PublishKeyWaves(events, errs, together, func(wave []int) { keep = append(keep, wave...) })
+	slices.Sort(keep)
+	var buf bytes.Buffer
+	for _, i := range keep {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		buf.Write(lines[start:ends[i]])
+	}
+	return buf
 }
 
 // failRest sets err for every event that has no error yet, keeping the

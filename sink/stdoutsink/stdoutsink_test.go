@@ -103,6 +103,8 @@ func TestConformance(t *testing.T) {
 				return ds
 			},
 			Fail: func(*testing.T) { b.out.fail(errors.New("disk full")) },
+			// A payload that is not JSON fails to encode, before the write.
+			Reject: func(_ *testing.T, e *outbox.Event) { e.Payload = json.RawMessage(`{"n":`) },
 		}
 	})
 }

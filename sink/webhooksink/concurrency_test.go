@@ -160,3 +160,59 @@ func TestOneFailureDoesNotFailTheBatch(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyOrderedSendsAggregatesConcurrently(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	// The first request of each of 4 aggregates waits until all 4 are in
+	// flight; no aggregate may ever have two requests in flight.
+	var (
+		mu       sync.Mutex
+		inFlight = map[string]bool{}
+		overlap  atomic.Bool
+		entered  atomic.Int32
+	)
+	allIn := make(chan struct{})
+	srv.setRespond(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("ce-subject")
+		mu.Lock()
+		if inFlight[key] {
+			overlap.Store(true)
+		}
+		inFlight[key] = true
+		mu.Unlock()
+		if entered.Add(1) == 4 {
+			close(allIn)
+		}
+		select {
+		case <-allIn:
+			w.WriteHeader(http.StatusNoContent)
+		case <-r.Context().Done():
+		}
+		mu.Lock()
+		inFlight[key] = false
+		mu.Unlock()
+	})
+	s := newSink(t, srv, webhooksink.Config{Concurrency: 4})
+	// 8 aggregates with 5 events each, taking turns.
+	var es []outbox.Event
+	for range 5 {
+		for k := range 8 {
+			e := sinktest.NewEvent("order.created", `{"n":1}`)
+			e.AggregateID = "order-" + itoa(int64(k))
+			es = append(es, e)
+		}
+	}
+	ctx, cancel := context.WithTimeout(outbox.WithKeyOrder(t.Context()), sinktest.Timeout)
+	defer cancel()
+	require.Nil(t, s.Publish(ctx, es))
+	require.False(t, overlap.Load(), "two requests of one aggregate were in flight at once")
+	require.Equal(t, int32(4), srv.maxIn.Load(), "aggregates go concurrently, up to Concurrency")
+	got := map[string][]string{}
+	for _, r := range srv.received() {
+		got[r.Header.Get("ce-subject")] = append(got[r.Header.Get("ce-subject")], r.Header.Get("ce-id"))
+	}
+	for i, e := range es {
+		require.Equal(t, itoa(e.ID), got[e.AggregateID][i/8], "aggregate %s in batch order", e.AggregateID)
+	}
+}

@@ -133,17 +133,25 @@ func (s *Sink) LogValue() slog.Value { return s.cfg.LogValue() }
 // were delivered. Requests go out concurrently, at most Config.Concurrency
 // at a time across all Publish calls. When ctx ends, requests in flight are
 // aborted and events not yet sent get ctx's error; all are retryable.
+//
+// With outbox.KeyOrdered(ctx), one aggregate's events are sent one after
+// another, each once the previous one got its 2xx, while different
+// aggregates still go concurrently; once an event fails, the later events
+// of its aggregate are not sent and get outbox.ErrEarlierEventFailed.
 func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
 	errs := make([]error, len(events))
 	workers := min(s.cfg.Concurrency, len(events))
-	if workers == 1 {
+	switch {
+	case outbox.KeyOrdered(ctx):
+		outbox.PublishKeyRuns(events, errs, workers, func(i int) error { return s.send(ctx, &events[i]) })
+	case workers == 1:
 		for i := range events {
 			errs[i] = s.send(ctx, &events[i])
 		}
-	} else {
+	default:
 		var (
 			next atomic.Int64
 			wg   sync.WaitGroup

@@ -62,6 +62,16 @@ func TestConformance(t *testing.T) {
 				require.NoError(t, l.Close())
 				return newSink(t, srv, webhooksink.Config{URL: "http://" + addr + "/hooks/outbox"})
 			},
+			Reject: func(_ *testing.T, e *outbox.Event) {
+				id := itoa(e.ID)
+				srv.setRespond(func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("ce-id") == id {
+						w.WriteHeader(http.StatusUnprocessableEntity)
+						return
+					}
+					w.WriteHeader(http.StatusNoContent)
+				})
+			},
 		}
 	})
 }
