@@ -212,7 +212,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 			a.logger.Warn("closing the sink failed", "error", err)
 		}
 	}()
-	cfg.Sink = sink
+	cfg.Sink, cfg.SinkName = sink, desc
+	if version != "" {
+		cfg.Version = version
+	}
 	if err := cfg.Validate(); err != nil {
 		return m.relayConfigError(err)
 	}
