@@ -152,24 +152,24 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.started {
-		return errors.New("outbox: relay already started")
+		return errors.New("outbox: relay: already started")
 	}
 	if r.done != nil {
 		select {
 		case <-r.done:
 		default:
 			// Stop returned without them: a sink ignored its context.
-			return errors.New("outbox: relay still stopping: a publish of the last run has not returned (the sink ignores its context); try again later")
+			return errors.New("outbox: relay: still stopping: a publish of the last run has not returned (the sink ignores its context); try again later")
 		}
 	}
 	if err := r.drv.Ping(ctx); err != nil {
 		switch {
 		case errors.Is(err, ErrNoTable):
-			return fmt.Errorf("outbox relay: %w (run outbox migrate)", err)
+			return fmt.Errorf("outbox: relay: %w (run outbox migrate)", err)
 		case errors.Is(err, ErrPooler):
-			return fmt.Errorf("outbox relay: the database is reached through PgBouncer, which refused a startup parameter: %w; "+pgBouncerModeHint, err)
+			return fmt.Errorf("outbox: relay: the database is reached through PgBouncer, which refused a startup parameter: %w; "+pgBouncerModeHint, err)
 		}
-		return fmt.Errorf("outbox relay: database: %w", err)
+		return fmt.Errorf("outbox: relay: database: %w", err)
 	}
 	if err := r.checkPooler(ctx); err != nil {
 		return err

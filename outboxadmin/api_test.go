@@ -167,7 +167,7 @@ func TestRetry(t *testing.T) {
 		b.postJSON(t, "/api/events/retry", map[string]any{"ids": []int64{ids[5], ids[4], 999999}}, &res)
 		require.Equal(t, outboxadmin.ActionResultJSON{Count: 1, Changed: []int64{ids[5]}, Unchanged: []int64{ids[4], 999999}}, res)
 		require.Equal(t, outbox.StatusPending, b.event(t, ids[5]).Status)
-		require.Contains(t, b.logs.String(), `msg="admin action" component=outbox.admin action=retry principal=anonymous remote_addr=127.0.0.1:`)
+		require.Contains(t, b.logs.String(), `msg="admin action" component=outboxadmin action=retry principal=anonymous remote_addr=127.0.0.1:`)
 		require.Contains(t, b.logs.String(), "event_ids=")
 	})
 	t.Run("all matching a filter", func(t *testing.T) {

@@ -62,7 +62,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		cfg: cfg,
-		log: cfg.Logger.With(slog.String("component", "outbox.admin")),
+		log: cfg.Logger.With(slog.String("component", "outboxadmin")),
 		mux: http.NewServeMux(),
 		cop: http.NewCrossOriginProtection(),
 	}
