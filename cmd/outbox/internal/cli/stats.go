@@ -36,11 +36,15 @@ func (a *app) statsCommand() *cobra.Command {
 pending event has waited: the relay's lag. It also shows the outbox tables'
 health from the database's catalog: their size, the dead tuples vacuum has
 yet to remove (PostgreSQL), and the oldest transaction in the database,
-which keeps vacuum (InnoDB's purge on MySQL/MariaDB) from removing them.
-With --json it prints one object with the keys pending, processing,
-processed, failed, oldest_pending_age_seconds, dead_letter_retry_waiting,
-dead_letter_retry_next_due, tables, vacuum_horizon, innodb_history_length
-and sqlite_file; a figure the database does not report is null. Failed
+which keeps vacuum (InnoDB's purge on MySQL/MariaDB) from removing them,
+and the running relays, idle ones too, from their heartbeat rows: each
+relay's sink, version and last claim, and whether it is stale (missed
+three heartbeats). With --json it prints one object with the keys pending,
+processing, processed, failed, oldest_pending_age_seconds,
+dead_letter_retry_waiting, dead_letter_retry_next_due, tables,
+vacuum_horizon, innodb_history_length, sqlite_file and relays (as the
+admin API's GET /api/relays); a figure the database does not report is
+null. Failed
 events waiting for a slow retry (relay --dead-letter-retry) show as
 "dead-letter retry" with the time the next one is due.
 
@@ -48,7 +52,8 @@ With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
 refresh: on a terminal it redraws in place, otherwise it prints one block
 per interval (with --json, one object per line, with the keys at,
-written_per_second and published_per_second too). Each refresh counts the
+written_per_second and published_per_second too, and without relays).
+Each refresh counts the
 processed events as stats does; on a table with a long history, use a
 longer --interval.`,
 		Example: "  outbox stats\n  outbox stats --watch --interval 5s",
