@@ -30,6 +30,7 @@ func TestRelayHeartbeatWithoutTable(t *testing.T) {
 
 	ids := b.write(t, 3, nil)
 	rec.WaitLen(t, len(ids), 20*time.Second)
+	b.waitStats(t, "the events marked processed", func(s outbox.Stats) bool { return s.Processed == int64(len(ids)) })
 	relays, err := b.mgr.Relays(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, relays, "no heartbeat rows and no leases")
