@@ -204,6 +204,25 @@ type RelayConfig struct {
 	// logs nothing). Defaults to SummaryIntervalDefault; negative turns the
 	// summary off.
 	SummaryInterval time.Duration
+	// HeartbeatInterval is how often the relay renews its row in
+	// outbox_relays, the table of running relays that the dashboard, the
+	// admin API and outbox stats list, idle relays included. The row
+	// counts as stale once three intervals pass without a renewal (the
+	// relay was killed, hangs or lost the database); a graceful stop
+	// deletes it. The renewal rides on the lease rescue's timer, off the
+	// claim path. Defaults to HeartbeatIntervalDefault; negative turns the
+	// heartbeat off. Needs migration 006; on an older schema the relay
+	// warns and runs without it.
+	HeartbeatInterval time.Duration
+	// SinkName names the sink in the heartbeat row. Never put a password
+	// or token in it (a URL's user information and query are dropped all
+	// the same). Defaults to the sink's String method when it has one,
+	// which every sink of this module has and which names its endpoint
+	// without credentials, or else to the sink's Go type.
+	SinkName string
+	// Version is the program's version in the heartbeat row. Defaults to
+	// the outbox module's version in the program's build information.
+	Version string
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay; each may implement any of the Hook
@@ -232,6 +251,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	c.ProbeInterval = cmp.Or(c.ProbeInterval, ProbeIntervalDefault)
 	c.ProbeIntervalMax = cmp.Or(c.ProbeIntervalMax, max(ProbeIntervalMaxDefault, c.ProbeInterval))
 	c.SummaryInterval = cmp.Or(c.SummaryInterval, SummaryIntervalDefault)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, min(c.SinkTimeout+5*time.Second, max(c.Lease-time.Second, c.Lease/2)))
 	c.scheduleDefaults()
 	if c.Logger == nil {

@@ -203,7 +203,9 @@ func (m *Manager) Leases(ctx context.Context) ([]Lease, error) {
 }
 
 // Sample is a cheap reading of the outbox table, taken again and again to
-// chart it: no statement behind it reads processed rows.
+// chart it: no statement behind it reads processed rows. Feed successive
+// samples to a FlowMeter for rates; the admin dashboard and outbox stats
+// --watch do, and so may a service's own status page.
 type Sample struct {
 	// At is when the sample was taken, by the local clock.
 	At time.Time
@@ -254,6 +256,10 @@ type Flow struct {
 // discards do not change Published; a replayed event's second delivery is
 // not counted, and purging failed events counts them as published. A counter
 // reset (pg_stat_reset) gives an interval with no flow.
+//
+// FlowMeter is the one implementation of these rates: the admin dashboard's
+// throughput chart and outbox stats --watch use it, and a service showing
+// its own rates should too rather than derive Published again.
 //
 // The zero FlowMeter is ready to use; it is not safe for concurrent use.
 type FlowMeter struct {

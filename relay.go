@@ -58,6 +58,8 @@ type Relay struct {
 
 	// book tracks the leased batches, for Stop to report what it left.
 	book leaseBook
+	// heartbeat is the relay's row in outbox_relays (relay_heartbeat.go).
+	heartbeat heartbeat
 
 	mu       sync.Mutex
 	started  bool
@@ -101,6 +103,7 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		circuit: circuit.New(cfg.ProbeInterval, cfg.ProbeIntervalMax),
 	}
 	r.health, _ = cfg.Sink.(HealthChecker)
+	r.heartbeat.proc = cfg.relayProcess()
 	r.turn <- struct{}{}
 	for _, h := range cfg.Hooks {
 		if b, ok := h.(HookBatch); ok {
@@ -149,24 +152,24 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.started {
-		return errors.New("outbox: relay already started")
+		return errors.New("outbox: relay: already started")
 	}
 	if r.done != nil {
 		select {
 		case <-r.done:
 		default:
 			// Stop returned without them: a sink ignored its context.
-			return errors.New("outbox: relay still stopping: a publish of the last run has not returned (the sink ignores its context); try again later")
+			return errors.New("outbox: relay: still stopping: a publish of the last run has not returned (the sink ignores its context); try again later")
 		}
 	}
 	if err := r.drv.Ping(ctx); err != nil {
 		switch {
 		case errors.Is(err, ErrNoTable):
-			return fmt.Errorf("outbox relay: %w (run outbox migrate)", err)
+			return fmt.Errorf("outbox: relay: %w (run outbox migrate)", err)
 		case errors.Is(err, ErrPooler):
-			return fmt.Errorf("outbox relay: the database is reached through PgBouncer, which refused a startup parameter: %w; "+pgBouncerModeHint, err)
+			return fmt.Errorf("outbox: relay: the database is reached through PgBouncer, which refused a startup parameter: %w; "+pgBouncerModeHint, err)
 		}
-		return fmt.Errorf("outbox relay: database: %w", err)
+		return fmt.Errorf("outbox: relay: database: %w", err)
 	}
 	if err := r.checkPooler(ctx); err != nil {
 		return err
@@ -174,6 +177,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkScheduleSchema(ctx); err != nil {
 		return err
 	}
+	r.startHeartbeat(ctx)
 	r.resetCircuit(ctx)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	r.settleBase, r.abandon = context.WithCancel(context.WithoutCancel(ctx))
@@ -210,8 +214,11 @@ func (r *Relay) Start(ctx context.Context) error {
 			stopListen()
 		})
 	}
+	settleBase := r.settleBase
 	go func() {
 		wg.Wait()
+		// Settled: the relay is gone from the list before Stop returns.
+		r.removeHeartbeat(settleBase)
 		close(r.done)
 	}()
 	r.log.Info("relay started", slog.String("schema", r.cfg.Schema), slog.Int("batch_size", r.cfg.BatchSize),
@@ -419,6 +426,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			failures = 0
 		}
 		if n > 0 {
+			r.noteClaim(claim)
 			log.Debug("claimed", slog.Int("batch_size", n))
 			r.handle(ctx, claim, time.Since(start), probe)
 		}
@@ -710,23 +718,37 @@ func (r *Relay) safeHook(call func()) {
 	call()
 }
 
-// rescueLoop settles events whose lease expired (rescue.go).
+// rescueLoop settles events whose lease expired (rescue.go) every
+// RescueInterval, and renews the relay's heartbeat row every
+// HeartbeatInterval (relay_heartbeat.go): one timer for both, ticking at
+// the shorter interval.
 func (r *Relay) rescueLoop(ctx context.Context) {
 	const limit = 1000
+	tick := r.cfg.RescueInterval
+	if r.cfg.HeartbeatInterval > 0 {
+		tick = min(tick, r.cfg.HeartbeatInterval)
+	}
+	var lastRescue time.Time
 	for {
-		for {
-			n, err := r.rescue(ctx, limit)
-			if err != nil {
-				if ctx.Err() == nil && !r.isStopping() {
-					r.warnDB(r.log, "lease rescue", err, r.cfg.RescueInterval)
+		if lastRescue.IsZero() || time.Since(lastRescue) >= r.cfg.RescueInterval-tick/2 {
+			lastRescue = time.Now()
+			for {
+				n, err := r.rescue(ctx, limit)
+				if err != nil {
+					if ctx.Err() == nil && !r.isStopping() {
+						r.warnDB(r.log, "lease rescue", err, r.cfg.RescueInterval)
+					}
+					break
 				}
-				break
-			}
-			if n < limit {
-				break
+				if n < limit {
+					break
+				}
 			}
 		}
-		if !r.sleep(r.cfg.RescueInterval, false) {
+		if r.heartbeatDue(tick) && !r.isStopping() {
+			r.beat(ctx)
+		}
+		if !r.sleep(tick, false) {
 			return
 		}
 	}

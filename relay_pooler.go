@@ -18,14 +18,14 @@ func (r *Relay) checkPooler(ctx context.Context) error {
 	}
 	info, err := c.CheckPooler(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox relay: database: %w", err)
+		return fmt.Errorf("outbox: relay: database: %w", err)
 	}
 	switch {
 	case r.cfg.PgBouncer && len(info.SessionState) > 0:
-		return fmt.Errorf("outbox relay: %w: PgBouncer mode is on, but the pool keeps session state (%s): configure it with outbox.ConfigurePgBouncer",
+		return fmt.Errorf("outbox: relay: %w: PgBouncer mode is on, but the pool keeps session state (%s): configure it with outbox.ConfigurePgBouncer",
 			ErrPooler, strings.Join(info.SessionState, ", "))
 	case !r.cfg.PgBouncer && info.Pooled:
-		return fmt.Errorf("outbox relay: %w: the database is reached through a connection pooler such as PgBouncer (the server's backend PID is not the connection's), "+
+		return fmt.Errorf("outbox: relay: %w: the database is reached through a connection pooler such as PgBouncer (the server's backend PID is not the connection's), "+
 			"which in transaction mode breaks prepared statements and LISTEN: "+pgBouncerModeHint+" or connect it to PostgreSQL directly", ErrPooler)
 	}
 	return nil

@@ -135,10 +135,10 @@ func (r *Relay) checkScheduleSchema(ctx context.Context) error {
 	}
 	v, err := r.drv.SchemaVersion(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox relay: read the schema version: %w", err)
+		return fmt.Errorf("outbox: relay: read the schema version: %w", err)
 	}
 	if v > 0 && v < driver.SchedulerVersion {
-		return fmt.Errorf("outbox relay: scheduled purge and dead-letter retry need schema version %d, schema %q is at %d: run outbox migrate",
+		return fmt.Errorf("outbox: relay: scheduled purge and dead-letter retry need schema version %d, schema %q is at %d: run outbox migrate",
 			driver.SchedulerVersion, r.cfg.Schema, v)
 	}
 	return nil

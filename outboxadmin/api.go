@@ -96,22 +96,14 @@ func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 }
 
 // StatsJSON is GET /api/stats: the newest counts and the charts' points.
+// Its counts are CountsJSON, the document of outbox stats --json too; here
+// Processed is the planner's estimate (counting the history exactly would
+// scan it on every sample).
 type StatsJSON struct {
-	At         time.Time `json:"at"`
-	Pending    int64     `json:"pending"`
-	Processing int64     `json:"processing"`
-	// Processed is PostgreSQL's estimate: counting the history exactly
-	// would scan it.
-	Processed               int64       `json:"processed"`
-	Failed                  int64       `json:"failed"`
-	OldestPendingAgeSeconds float64     `json:"oldest_pending_age_seconds"`
-	SampleIntervalSeconds   float64     `json:"sample_interval_seconds"`
-	Series                  []PointJSON `json:"series"`
-	// DeadLetterRetryWaiting counts the failed events waiting for a slow
-	// retry (the relay's DeadLetterRetry); DeadLetterRetryNextDue is when
-	// the next goes back to pending, null when none waits.
-	DeadLetterRetryWaiting int64      `json:"dead_letter_retry_waiting"`
-	DeadLetterRetryNextDue *time.Time `json:"dead_letter_retry_next_due"`
+	At time.Time `json:"at"`
+	CountsJSON
+	SampleIntervalSeconds float64     `json:"sample_interval_seconds"`
+	Series                []PointJSON `json:"series"`
 }
 
 // PointJSON is one sample. The rates are over the time since the previous
@@ -142,16 +134,9 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	last := samples[len(samples)-1]
 	out := StatsJSON{
-		At: last.At.UTC(), Pending: last.Stats.Pending, Processing: last.Stats.Processing,
-		Processed: last.Stats.Processed, Failed: last.Stats.Failed,
-		OldestPendingAgeSeconds: roundMillis(last.Stats.OldestPendingAge.Seconds()),
-		SampleIntervalSeconds:   h.cfg.SampleInterval.Seconds(),
-		Series:                  []PointJSON{},
-		DeadLetterRetryWaiting:  last.Stats.DeadLetterRetry.Waiting,
-	}
-	if due := last.Stats.DeadLetterRetry.NextDue; !due.IsZero() {
-		due = due.UTC()
-		out.DeadLetterRetryNextDue = &due
+		At: last.At.UTC(), CountsJSON: NewCountsJSON(last.Stats),
+		SampleIntervalSeconds: h.cfg.SampleInterval.Seconds(),
+		Series:                []PointJSON{},
 	}
 	for _, s := range samples {
 		if s.At.UnixMilli() <= since {
@@ -252,36 +237,63 @@ func (h *Handler) event(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, NewEventJSON(&e, true))
 }
 
-// RelaysJSON lists the relays holding leases.
+// RelaysJSON is GET /api/relays, and the relays of outbox stats --json.
 type RelaysJSON struct {
-	Relays []LeaseJSON `json:"relays"`
+	Relays []RelayJSON `json:"relays"`
 }
 
-// LeaseJSON is one relay's leases.
-type LeaseJSON struct {
-	RelayID       string    `json:"relay_id"`
-	Events        int64     `json:"events"`
-	FirstLeaseEnd time.Time `json:"first_lease_end"`
-	LastLeaseEnd  time.Time `json:"last_lease_end"`
+// RelayJSON is one relay (outbox.RelayInfo): its heartbeat row, idle
+// relays included, and its leases on processing events. The process
+// fields are absent for a relay seen only through its leases (heartbeat
+// false); the lease fields are null for a relay holding none.
+type RelayJSON struct {
+	RelayID    string     `json:"relay_id"`
+	Heartbeat  bool       `json:"heartbeat"`
+	Host       string     `json:"host,omitempty"`
+	PID        int        `json:"pid,omitempty"`
+	Version    string     `json:"version,omitempty"`
+	Sink       string     `json:"sink,omitempty"`
+	EventTypes []string   `json:"event_types,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	LastSeen   *time.Time `json:"last_seen,omitempty"`
+	// LastClaimAt is the last claim that leased events, null for none
+	// since the relay started.
+	LastClaimAt *time.Time `json:"last_claim_at"`
+	// Stale says the relay missed three heartbeats: it was killed, hangs
+	// or lost the database.
+	Stale         bool       `json:"stale"`
+	Events        int64      `json:"events"`
+	FirstLeaseEnd *time.Time `json:"first_lease_end"`
+	LastLeaseEnd  *time.Time `json:"last_lease_end"`
 	// Expired says the relay's oldest lease ended: it likely died, and the
 	// lease rescue will return its events to pending.
 	Expired bool `json:"expired"`
 }
 
+// NewRelaysJSON is the document of relays, as GET /api/relays answers it.
+func NewRelaysJSON(relays []outbox.RelayInfo) RelaysJSON {
+	out := RelaysJSON{Relays: make([]RelayJSON, len(relays))}
+	for i, r := range relays {
+		out.Relays[i] = RelayJSON{
+			RelayID: r.RelayID, Heartbeat: r.Heartbeat, Host: r.Host, PID: r.PID, Version: r.Version, Sink: r.Sink,
+			EventTypes: r.EventTypes, StartedAt: optionalTime(r.StartedAt), LastSeen: optionalTime(r.LastSeen),
+			LastClaimAt: optionalTime(r.LastClaim), Stale: r.Stale,
+			Events: r.Lease.Events, FirstLeaseEnd: optionalTime(r.Lease.FirstEnd), LastLeaseEnd: optionalTime(r.Lease.LastEnd),
+			Expired: r.Lease.Expired,
+		}
+	}
+	return out
+}
+
 func (h *Handler) relays(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.dbContext(r)
 	defer cancel()
-	leases, err := h.cfg.Manager.Leases(ctx)
+	relays, err := h.cfg.Manager.Relays(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	out := RelaysJSON{Relays: []LeaseJSON{}}
-	for _, l := range leases {
-		out.Relays = append(out.Relays, LeaseJSON{RelayID: l.RelayID, Events: l.Events,
-			FirstLeaseEnd: l.FirstEnd.UTC(), LastLeaseEnd: l.LastEnd.UTC(), Expired: l.Expired})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, NewRelaysJSON(relays))
 }
 
 // ActionJSON is the body of retry, replay and discard: either IDs or a

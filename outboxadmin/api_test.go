@@ -167,7 +167,7 @@ func TestRetry(t *testing.T) {
 		b.postJSON(t, "/api/events/retry", map[string]any{"ids": []int64{ids[5], ids[4], 999999}}, &res)
 		require.Equal(t, outboxadmin.ActionResultJSON{Count: 1, Changed: []int64{ids[5]}, Unchanged: []int64{ids[4], 999999}}, res)
 		require.Equal(t, outbox.StatusPending, b.event(t, ids[5]).Status)
-		require.Contains(t, b.logs.String(), `msg="admin action" component=outbox.admin action=retry principal=anonymous remote_addr=127.0.0.1:`)
+		require.Contains(t, b.logs.String(), `msg="admin action" component=outboxadmin action=retry principal=anonymous remote_addr=127.0.0.1:`)
 		require.Contains(t, b.logs.String(), "event_ids=")
 	})
 	t.Run("all matching a filter", func(t *testing.T) {
@@ -323,12 +323,30 @@ func TestRelays(t *testing.T) {
 	require.Len(t, res.Relays, 2)
 	a, dead := res.Relays[0], res.Relays[1]
 	require.Equal(t, "relay-a", a.RelayID)
+	require.False(t, a.Heartbeat, "seen through its leases only")
 	require.Equal(t, int64(2), a.Events)
 	require.False(t, a.Expired)
-	require.WithinDuration(t, time.Now().Add(30*time.Second), a.LastLeaseEnd, 10*time.Second)
+	require.WithinDuration(t, time.Now().Add(30*time.Second), *a.LastLeaseEnd, 10*time.Second)
 	require.Equal(t, "relay-b", dead.RelayID)
 	require.Equal(t, int64(1), dead.Events)
 	require.True(t, dead.Expired)
+
+	// An idle relay: a heartbeat row and no leases.
+	b.exec(t, `INSERT INTO "`+b.schema+`".outbox_relays (relay_id, host, pid, version, sink, event_types, started_at, last_seen, expires_at)
+VALUES ('relay-0', 'web-1', 4242, 'v1.2.3', 'stdout:', 'order.*', now(), now(), now() + interval '45 seconds')`)
+	b.getJSON(t, "/api/relays", &res)
+	require.Len(t, res.Relays, 3)
+	idle := res.Relays[0]
+	require.Equal(t, "relay-0", idle.RelayID)
+	require.True(t, idle.Heartbeat)
+	require.False(t, idle.Stale)
+	require.Equal(t, "web-1", idle.Host)
+	require.Equal(t, 4242, idle.PID)
+	require.Equal(t, "stdout:", idle.Sink)
+	require.Equal(t, []string{"order.*"}, idle.EventTypes)
+	require.Zero(t, idle.Events)
+	require.Nil(t, idle.FirstLeaseEnd)
+	require.Nil(t, idle.LastClaimAt)
 }
 
 func TestHealth(t *testing.T) {

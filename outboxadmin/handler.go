@@ -2,10 +2,17 @@
 // http.Handler to mount inside your own server (or run with `outbox admin`).
 //
 // The JSON API under BasePath + "/api/" shows counts, lag and throughput over
-// time, searches events and shows one in full, lists the relays holding
-// leases, and retries, replays and discards events or changes an event's
-// max attempts. The dashboard at BasePath + "/" is plain HTML, CSS and
+// time, searches events and shows one in full, lists the running relays
+// (idle ones too, from their heartbeat rows) with their leases, and
+// retries, replays and discards events or changes an event's max
+// attempts. The dashboard at BasePath + "/" is plain HTML, CSS and
 // JavaScript embedded in the binary: it loads nothing from elsewhere.
+//
+// The exported …JSON types are the API's wire format: a Go client may
+// decode into them, and the outbox command's --json outputs are built from
+// the same types (NewEventJSON, NewCountsJSON, NewHealthJSON,
+// NewRelaysJSON), so a key means one thing in both; docs/admin.md lists
+// which endpoint answers which.
 //
 // Security: set AuthToken or BasicAuth unless your own middleware
 // authenticates requests; every action is a POST with a JSON body and is
@@ -55,7 +62,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		cfg: cfg,
-		log: cfg.Logger.With(slog.String("component", "outbox.admin")),
+		log: cfg.Logger.With(slog.String("component", "outboxadmin")),
 		mux: http.NewServeMux(),
 		cop: http.NewCrossOriginProtection(),
 	}

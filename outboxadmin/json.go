@@ -174,3 +174,30 @@ func intParam(q url.Values, name string, lo, hi int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// CountsJSON is the counts of outbox.Stats: the document of outbox stats
+// --json and the head of GET /api/stats.
+type CountsJSON struct {
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+	// Processed is exact in outbox stats and the planner's estimate in
+	// GET /api/stats.
+	Processed               int64   `json:"processed"`
+	Failed                  int64   `json:"failed"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// DeadLetterRetryWaiting counts the failed events waiting for a slow
+	// retry (the relay's DeadLetterRetry); DeadLetterRetryNextDue is when
+	// the next goes back to pending, null when none waits.
+	DeadLetterRetryWaiting int64      `json:"dead_letter_retry_waiting"`
+	DeadLetterRetryNextDue *time.Time `json:"dead_letter_retry_next_due"`
+}
+
+// NewCountsJSON is the document of s; the lag is rounded to milliseconds.
+func NewCountsJSON(s outbox.Stats) CountsJSON {
+	return CountsJSON{
+		Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
+		OldestPendingAgeSeconds: roundMillis(s.OldestPendingAge.Seconds()),
+		DeadLetterRetryWaiting:  s.DeadLetterRetry.Waiting,
+		DeadLetterRetryNextDue:  optionalTime(s.DeadLetterRetry.NextDue),
+	}
+}

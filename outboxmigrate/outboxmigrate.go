@@ -121,7 +121,7 @@ func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error
 	drv := db.Driver(cfg.Schema)
 	part, err := partitioner(drv, cfg)
 	if err != nil {
-		return Result{}, fmt.Errorf("outbox migrate: %w", err)
+		return Result{}, fmt.Errorf("outboxmigrate: %w", err)
 	}
 	var (
 		applied []driver.Migration
@@ -135,14 +135,14 @@ func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error
 		applied, err = drv.Migrate(ctx)
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("outbox migrate: %w", err)
+		return Result{}, fmt.Errorf("outboxmigrate: %w", err)
 	}
 	for _, m := range applied {
 		res.Applied = append(res.Applied, Migration(m))
 	}
 	res.Version, err = drv.SchemaVersion(ctx)
 	if err != nil {
-		return res, fmt.Errorf("outbox migrate: read version: %w", err)
+		return res, fmt.Errorf("outboxmigrate: read version: %w", err)
 	}
 	return res, nil
 }
@@ -159,7 +159,7 @@ func SQL(db outbox.Database, cfg Config) string { return db.Driver(cfg.Schema).M
 func PartitionSQL(db outbox.Database, cfg Config) (string, error) {
 	part, err := partitioner(db.Driver(cfg.Schema), cfg)
 	if err != nil {
-		return "", fmt.Errorf("outbox migrate: %w", err)
+		return "", fmt.Errorf("outboxmigrate: %w", err)
 	}
 	if part == nil {
 		return "", nil

@@ -26,7 +26,7 @@ func TestMigrate(t *testing.T) {
 	db := outbox.Postgres(testutil.Pool(t))
 	cfg := outboxmigrate.Config{Schema: testutil.EmptySchemaName(t)}
 	latest := outboxmigrate.Latest(db)
-	require.Equal(t, outboxmigrate.Migration{Version: 5, Name: "schedule_jobs"}, latest)
+	require.Equal(t, outboxmigrate.Migration{Version: 6, Name: "relay_heartbeats"}, latest)
 
 	v, err := outboxmigrate.Version(ctx, db, cfg)
 	require.NoError(t, err)
@@ -48,6 +48,9 @@ func TestMigrate(t *testing.T) {
 	var leases bool
 	require.NoError(t, testutil.Pool(t).QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, `"`+cfg.Schema+`".outbox_leases`).Scan(&leases))
 	require.True(t, leases, "migration 5 creates outbox_leases")
+	var relays bool
+	require.NoError(t, testutil.Pool(t).QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, `"`+cfg.Schema+`".outbox_relays`).Scan(&relays))
+	require.True(t, relays, "migration 6 creates outbox_relays")
 
 	// Storage settings for a table whose rows are rewritten twice soon
 	// after they are written (docs/operations.md#autovacuum).

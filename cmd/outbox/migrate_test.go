@@ -53,7 +53,7 @@ func TestMigrateReservedSchema(t *testing.T) {
 	for _, schema := range []string{"pg_catalog", "pg_temp", "information_schema"} {
 		res := outboxCmd(t, schema, "migrate")
 		requireFail(t, res, 2, fmt.Sprintf("outbox: invalid --schema %q: PostgreSQL keeps that name for its own catalogs; choose another schema", schema))
-		require.NotContains(t, res.stderr, "outbox migrate:")
+		require.NotContains(t, res.stderr, "outboxmigrate:")
 	}
 }
 
@@ -68,7 +68,7 @@ func TestMigrateErrorHasOnePrefix(t *testing.T) {
 	require.NoError(t, err)
 	res := outboxCmd(t, schema, "migrate")
 	requireFail(t, res, 1, fmt.Sprintf("outbox: migrate schema %q: ", schema))
-	require.NotContains(t, res.stderr, "outbox migrate:")
+	require.NotContains(t, res.stderr, "outboxmigrate:")
 }
 
 func TestMigrateUnreachableDatabase(t *testing.T) {

@@ -156,7 +156,8 @@ func TestStatsEmpty(t *testing.T) {
 	requireOK(t, res)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
-	for _, k := range []string{"tables", "vacuum_horizon", "innodb_history_length", "sqlite_file"} {
+	require.Equal(t, []any{}, doc["relays"], "no relay runs")
+	for _, k := range []string{"tables", "vacuum_horizon", "innodb_history_length", "sqlite_file", "relays"} {
 		require.Contains(t, doc, k)
 		delete(doc, k)
 	}

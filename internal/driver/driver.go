@@ -267,6 +267,8 @@ type Driver interface {
 	// Scheduler holds the job lease and the dead-letter slow retry
 	// (schedule.go).
 	Scheduler
+	// Heartbeats holds the relays' heartbeat rows (relays.go).
+	Heartbeats
 }
 
 // ErrPooler is returned, wrapped, when the database is reached through a

@@ -254,7 +254,7 @@
         h('section', { class: 'panel' }, h('h2', {}, 'Throughput (events/s)'), charts.throughput),
         h('section', { class: 'panel' }, h('h2', {}, 'Publisher lag'), charts.lag),
         h('section', { class: 'panel' }, h('h2', {}, 'Waiting and failed events'), charts.counts)),
-      h('section', { class: 'panel' }, h('h2', {}, 'Relays holding leases'), relaysBox),
+      h('section', { class: 'panel' }, h('h2', {}, 'Relays'), relaysBox),
       h('section', { class: 'panel' }, h('h2', {}, 'Tables'), tablesBox));
 
     let points = [];
@@ -378,14 +378,25 @@
     return 10 * p;
   }
 
+  // relaysTable lists the relays (GET /api/relays): every running relay
+  // from its heartbeat, idle ones included, and its leases. A stale relay
+  // missed three heartbeats: killed, hung, or cut off from the database.
   function relaysTable(relays) {
-    return table(['Relay', 'Events', 'First lease ends', 'Last lease ends'], relays, (r) => [
-      td('Relay', r.relay_id || '(unknown)', 'mono'),
+    const when = (iso) => (iso ? h('span', { title: fmtTime(iso) }, fmtRelative(iso)) : '–');
+    return table(['Relay', 'Status', 'Sink', 'Version', 'Started', 'Last seen', 'Last claim', 'Events', 'First lease ends'], relays, (r) => [
+      td('Relay', h('span', { title: r.host ? `${r.host}, pid ${r.pid}` : '' }, r.relay_id || '(unknown)'), 'mono'),
+      td('Status', !r.heartbeat ? h('span', { class: 'muted', title: 'No heartbeat row: an older relay, or a schema before migration 006' }, 'leases only')
+        : r.stale ? h('span', { class: 'error', title: 'No heartbeat for three intervals: killed, hung or cut off from the database' }, 'stale')
+          : (r.events > 0 ? 'publishing' : 'idle')),
+      td('Sink', h('span', { class: 'mono' }, (r.sink || '–') + (r.event_types && r.event_types.length ? ' (' + r.event_types.join(', ') + ')' : ''))),
+      td('Version', r.version || '–', 'mono'),
+      td('Started', when(r.started_at)),
+      td('Last seen', when(r.last_seen)),
+      td('Last claim', r.heartbeat ? (r.last_claim_at ? when(r.last_claim_at) : 'never') : '–'),
       td('Events', fmtInt(r.events), 'num'),
-      td('First lease ends', h('span', { title: r.first_lease_end, class: r.expired ? 'error' : '' },
-        r.expired ? 'expired ' + fmtRelative(r.first_lease_end) : fmtRelative(r.first_lease_end))),
-      td('Last lease ends', h('span', { title: r.last_lease_end }, fmtRelative(r.last_lease_end))),
-    ], 'No relay is publishing right now: relays hold leases only while a batch is in flight.', (r) => ({ relay: r.relay_id }));
+      td('First lease ends', r.first_lease_end ? h('span', { title: fmtTime(r.first_lease_end), class: r.expired ? 'error' : '' },
+        r.expired ? 'expired ' + fmtRelative(r.first_lease_end) : fmtRelative(r.first_lease_end)) : '–'),
+    ], 'No relay is running: a running relay shows here within a heartbeat of its start.', (r) => ({ relay: r.relay_id, state: !r.heartbeat ? 'leases' : r.stale ? 'stale' : (r.events > 0 ? 'publishing' : 'idle') }));
   }
 
   // healthView shows the outbox tables' size and garbage, and what holds
@@ -695,7 +706,7 @@
   async function relaysPage(gen, main) {
     const box = h('div', {});
     main.replaceChildren(h('h1', {}, 'Relays'),
-      h('p', { class: 'muted' }, 'Relays holding leases on processing events, from locked_by. A lease that ended without its relay settling the events means the relay stopped; the lease rescue returns them to pending.'),
+      h('p', { class: 'muted' }, 'Every running relay, from the heartbeat row it renews in outbox_relays, idle ones included, with its leases on processing events. A relay that stops gracefully removes its row; one that misses three heartbeats shows as stale, and its row goes an hour later. A lease that ended without its relay settling the events means the relay stopped; the lease rescue returns them to pending.'),
       h('section', { class: 'panel' }, box));
     const refresh = async () => {
       const rel = await api('relays');

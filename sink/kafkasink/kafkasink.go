@@ -52,7 +52,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		state:   &brokerState{},
 		cfg:     cfg,
 		brokers: strings.Join(brokers, ","),
-		log:     cfg.Logger.With(slog.String("component", "outbox.kafkasink")),
+		log:     cfg.Logger.With(slog.String("component", "kafkasink")),
 	}
 	s.client, err = kgo.NewClient(s.options(brokers)...)
 	if err != nil {

@@ -48,7 +48,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	s := &Sink{
 		cfg:     cfg,
 		servers: strings.Join(servers, ","),
-		log:     cfg.Logger.With(slog.String("component", "outbox.natssink")),
+		log:     cfg.Logger.With(slog.String("component", "natssink")),
 	}
 	for _, secret := range []string{cfg.Password, cfg.Token} {
 		if secret != "" {

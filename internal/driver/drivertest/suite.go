@@ -50,6 +50,8 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseAcquireRenewStealRelease", testLease},
 		{"LeaseRaceHasOneWinner", testLeaseRace},
 		{"DeadLetterRetry", testDeadLetterRetry},
+		{"Heartbeat", testHeartbeat},
+		{"RelayHeartbeat", testRelayHeartbeat},
 		{"Stats", testStats},
 		{"RequeueAndRequeueStatus", testRequeue},
 		{"ListAndGet", testListAndGet},

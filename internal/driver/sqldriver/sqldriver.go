@@ -91,6 +91,14 @@ type Dialect interface {
 	// already holds it or it has expired, by the database clock, and
 	// otherwise leaves it as it is.
 	LeaseUpsert(table string) string
+	// RelayUpsert is an INSERT of one row of the relay heartbeat table
+	// (relay_id, host, pid, version, sink, event_types, the row's TTL in
+	// milliseconds, last_claim_at or NULL, and whether this is the first
+	// beat of a run, bound in that order) that, when the relay_id exists,
+	// overwrites the row, keeping started_at unless it is the first beat.
+	// started_at, last_seen and expires_at (now plus the TTL) come from
+	// the database clock.
+	RelayUpsert(table string) string
 	// Begin starts a short write transaction.
 	Begin(ctx context.Context, db *sql.DB) (Tx, error)
 	// Transient reports an error after which the transaction, once rolled

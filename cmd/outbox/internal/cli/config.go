@@ -99,6 +99,7 @@ var fileKeys = []fileKey{
 	{"relay", "probe_interval", "probe-interval", kindDuration},
 	{"relay", "probe_interval_max", "probe-interval-max", kindDuration},
 	{"relay", "summary_interval", "summary-interval", kindDurationOff},
+	{"relay", "heartbeat_interval", "heartbeat-interval", kindDurationOff},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},

@@ -68,6 +68,7 @@ relay:
   probe_interval: 2s
   probe_interval_max: 1m
   summary_interval: 0s
+  heartbeat_interval: 5s
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -115,6 +116,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, time.Hour, get("dead-letter-retry").dur)
 	require.Equal(t, 2, get("dead-letter-retries").num)
 	require.Equal(t, 20*time.Second, get("schedule-lease").dur)
+	require.Equal(t, 5*time.Second, get("heartbeat-interval").dur)
 	require.True(t, get("webhook-deny-private").flag)
 	require.Equal(t, []string{"10.1.0.0/16", "192.168.7.7"}, get("webhook-allow-network").list)
 }

@@ -53,8 +53,11 @@ func exitCode(err error) int {
 // command's context was cancelled (by a signal): the error it caused need
 // not wrap context.Canceled (a database driver may report the connection it
 // closed on cancellation as bad).
+//
+// The root package's errors start with its name, "outbox: ", which is the
+// program's own prefix too: it is printed once.
 func errorMessage(err error, interrupted bool) string {
-	msg := err.Error()
+	msg := strings.TrimPrefix(err.Error(), "outbox: ")
 	switch {
 	case errors.Is(err, outbox.ErrNoTable) && !strings.Contains(msg, "outbox migrate"):
 		msg += " (run outbox migrate)"

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -14,9 +15,11 @@ import (
 func TestErrorMessage(t *testing.T) {
 	t.Parallel()
 	// A driver may answer a cancellation with the connection it closed.
-	badConn := fmt.Errorf("outbox migrate: migration 002: %w", driver.ErrBadConn)
-	require.Equal(t, "outbox migrate: migration 002: driver: bad connection", errorMessage(badConn, false))
-	require.Equal(t, "interrupted: outbox migrate: migration 002: driver: bad connection", errorMessage(badConn, true))
+	badConn := fmt.Errorf("outboxmigrate: migration 002: %w", driver.ErrBadConn)
+	require.Equal(t, "outboxmigrate: migration 002: driver: bad connection", errorMessage(badConn, false))
+	require.Equal(t, "relay: already started", errorMessage(errors.New("outbox: relay: already started"), false),
+		"the root package's prefix is the program's: printed once")
+	require.Equal(t, "interrupted: outboxmigrate: migration 002: driver: bad connection", errorMessage(badConn, true))
 	require.Equal(t, "interrupted: bench: context canceled", errorMessage(fmt.Errorf("bench: %w", context.Canceled), false))
 	require.Equal(t, "stats: "+outbox.ErrNoTable.Error()+" (run outbox migrate)",
 		errorMessage(fmt.Errorf("stats: %w", outbox.ErrNoTable), false))

@@ -74,9 +74,9 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 				if errors.Is(err, outboxmigrate.ErrPartitionUnsupported) || errors.Is(err, outboxmigrate.ErrPeriodChange) {
 					return partitionError(err)
 				}
-				// One prefix, this command's, instead of "outbox migrate:"
+				// One prefix, this command's, instead of "outboxmigrate:"
 				// after the CLI's own "outbox:".
-				if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "outbox migrate: ") {
+				if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "outboxmigrate: ") {
 					return fmt.Errorf("migrate schema %q: %w", a.schema, inner)
 				}
 				return err
@@ -115,7 +115,7 @@ func partitionError(err error) error {
 	case errors.Is(err, outboxmigrate.ErrPartitionUnsupported):
 		return usagef("invalid --partition-archive: archive partitioning is PostgreSQL only; leave the flag out for this database")
 	case errors.Is(err, outboxmigrate.ErrPeriodChange):
-		// errors.Unwrap drops outboxmigrate's "outbox migrate: " prefix.
+		// errors.Unwrap drops outboxmigrate's "outboxmigrate: " prefix.
 		return usagef("invalid --partition-archive: %w; use the archive's period or leave the flag out", errors.Unwrap(err))
 	}
 	return err

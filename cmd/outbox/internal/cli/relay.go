@@ -33,6 +33,7 @@ var relayFlagNames = map[string]string{
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
 	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
 	"ProbeInterval": "probe-interval", "ProbeIntervalMax": "probe-interval-max", "SummaryInterval": "summary-interval",
+	"HeartbeatInterval": "heartbeat-interval",
 }
 
 // relayFlags are the relay command's flags, before the config file and the
@@ -130,6 +131,7 @@ outbox-relay:<relay-id>.`,
 	f.DurationVar(&rf.cfg.ProbeInterval, "probe-interval", outbox.ProbeIntervalDefault, "when the sink is unreachable (connection refused, DNS, TLS handshake), how long until the first probe; no attempts are spent while it is down")
 	f.DurationVar(&rf.cfg.ProbeIntervalMax, "probe-interval-max", outbox.ProbeIntervalMaxDefault, "longest wait between probes of an unreachable sink (the wait doubles after each failed probe)")
 	f.DurationVar(&rf.cfg.SummaryInterval, "summary-interval", outbox.SummaryIntervalDefault, "how often to log an INFO summary of published, retried and dead-lettered events; 0 for none")
+	f.DurationVar(&rf.cfg.HeartbeatInterval, "heartbeat-interval", outbox.HeartbeatIntervalDefault, "how often to renew the relay's row in outbox_relays, which lists running relays in stats and on the dashboard (stale after three missed); 0 for none")
 	rf.obs.addFlags(f)
 	return cmd
 }
@@ -149,6 +151,9 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	}
 	if rf.cfg.SummaryInterval < 0 {
 		return usagef("invalid --summary-interval %v: use a positive duration, or 0 for no summary", rf.cfg.SummaryInterval)
+	}
+	if rf.cfg.HeartbeatInterval < 0 {
+		return usagef("invalid --heartbeat-interval %v: use a positive duration, or 0 for no heartbeat", rf.cfg.HeartbeatInterval)
 	}
 	for _, flag := range []string{"webhook-ca", "webhook-cert", "webhook-key"} {
 		// "$CA_FILE" of an unset variable must not quietly mean none.
@@ -172,6 +177,9 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	}
 	if rf.cfg.SummaryInterval == 0 {
 		rf.cfg.SummaryInterval = -1 // off
+	}
+	if rf.cfg.HeartbeatInterval == 0 {
+		rf.cfg.HeartbeatInterval = -1 // off
 	}
 	if rf.sinkURL == "" {
 		return usagef("missing --sink: say where to publish, such as --sink stdout: or --sink nats://127.0.0.1:4222 (or set $%s, or sink.url in --config)", EnvSinkURL)
@@ -212,7 +220,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 			a.logger.Warn("closing the sink failed", "error", err)
 		}
 	}()
-	cfg.Sink = sink
+	cfg.Sink, cfg.SinkName = sink, desc
+	if version != "" {
+		cfg.Version = version
+	}
 	if err := cfg.Validate(); err != nil {
 		return m.relayConfigError(err)
 	}
@@ -376,6 +387,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		"purge-after": &rf.cfg.PurgeAfter, "purge-failed-after": &rf.cfg.PurgeFailedAfter, "purge-interval": &rf.cfg.PurgeInterval,
 		"dead-letter-retry": &rf.cfg.DeadLetterRetry, "schedule-lease": &rf.cfg.ScheduleLease,
 		"probe-interval": &rf.cfg.ProbeInterval, "probe-interval-max": &rf.cfg.ProbeIntervalMax, "summary-interval": &rf.cfg.SummaryInterval,
+		"heartbeat-interval": &rf.cfg.HeartbeatInterval,
 	}
 	bools := map[string]*bool{"listen": &rf.cfg.Listen, "otel": &rf.obs.otel, "webhook-deny-private": &rf.so.WebhookDenyPrivate}
 	for flag, dst := range strs {

@@ -60,16 +60,6 @@ func init() {
 	}
 }
 
-// nextDue is the next slow retry's due time for stats --json, nil when
-// none is scheduled.
-func nextDue(d outbox.DeadLetterRetryStats) *time.Time {
-	if d.NextDue.IsZero() {
-		return nil
-	}
-	t := d.NextDue.UTC().Truncate(time.Millisecond)
-	return &t
-}
-
 // deadLetterRetryRow adds the slow retries waiting to the stats table, when
 // any is.
 func deadLetterRetryRow(tw *table, d outbox.DeadLetterRetryStats) {

@@ -134,7 +134,7 @@ func openRedisSink(ctx context.Context, raw string, o sinkOptions) (outbox.Sink,
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, "redis client", "component", "go-redis", "message", fmt.Sprintf(format, v...))
+	l.log.DebugContext(ctx, "redis client", "component", "redissink", "client", "go-redis", "message", fmt.Sprintf(format, v...))
 }
 
 // schemeSyntax is what RFC 3986 allows as a URL scheme.

@@ -13,21 +13,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
 )
 
-// statsJSON is the stats --json document; its keys are a public contract.
-type statsJSON struct {
-	Pending                 int64   `json:"pending"`
-	Processing              int64   `json:"processing"`
-	Processed               int64   `json:"processed"`
-	Failed                  int64   `json:"failed"`
-	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
-	// DeadLetterRetryWaiting counts failed events with a slow retry
-	// scheduled (relay --dead-letter-retry); DeadLetterRetryNextDue is when
-	// the next one goes back to pending, null when none is scheduled.
-	DeadLetterRetryWaiting int64      `json:"dead_letter_retry_waiting"`
-	DeadLetterRetryNextDue *time.Time `json:"dead_letter_retry_next_due"`
-}
+// statsJSON is the counts of the stats --json document: the admin API's
+// CountsJSON, so both speak one contract.
+type statsJSON = outboxadmin.CountsJSON
 
 // statsIntervalDefault is how often stats --watch refreshes.
 const statsIntervalDefault = 2 * time.Second
@@ -45,11 +36,15 @@ func (a *app) statsCommand() *cobra.Command {
 pending event has waited: the relay's lag. It also shows the outbox tables'
 health from the database's catalog: their size, the dead tuples vacuum has
 yet to remove (PostgreSQL), and the oldest transaction in the database,
-which keeps vacuum (InnoDB's purge on MySQL/MariaDB) from removing them.
-With --json it prints one object with the keys pending, processing,
-processed, failed, oldest_pending_age_seconds, dead_letter_retry_waiting,
-dead_letter_retry_next_due, tables, vacuum_horizon, innodb_history_length
-and sqlite_file; a figure the database does not report is null. Failed
+which keeps vacuum (InnoDB's purge on MySQL/MariaDB) from removing them,
+and the running relays, idle ones too, from their heartbeat rows: each
+relay's sink, version and last claim, and whether it is stale (missed
+three heartbeats). With --json it prints one object with the keys pending,
+processing, processed, failed, oldest_pending_age_seconds,
+dead_letter_retry_waiting, dead_letter_retry_next_due, tables,
+vacuum_horizon, innodb_history_length, sqlite_file and relays (as the
+admin API's GET /api/relays); a figure the database does not report is
+null. Failed
 events waiting for a slow retry (relay --dead-letter-retry) show as
 "dead-letter retry" with the time the next one is due.
 
@@ -57,7 +52,8 @@ With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
 refresh: on a terminal it redraws in place, otherwise it prints one block
 per interval (with --json, one object per line, with the keys at,
-written_per_second and published_per_second too). Each refresh counts the
+written_per_second and published_per_second too, and without relays).
+Each refresh counts the
 processed events as stats does; on a table with a long history, use a
 longer --interval.`,
 		Example: "  outbox stats\n  outbox stats --watch --interval 5s",
@@ -85,10 +81,14 @@ longer --interval.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, healthDocument(statsDocument(s), h))
+			relays, err := m.Relays(cmd.Context())
+			if err != nil {
+				return err
 			}
-			return writeStatsTable(a.stdout, s, nil, h)
+			if asJSON {
+				return writeJSON(a.stdout, statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)})
+			}
+			return writeStatsTable(a.stdout, s, nil, h, relays)
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -97,22 +97,15 @@ longer --interval.`,
 	return cmd
 }
 
-func statsDocument(s outbox.Stats) statsJSON {
-	return statsJSON{
-		Pending: s.Pending, Processing: s.Processing, Processed: s.Processed, Failed: s.Failed,
-		// Milliseconds are precision enough for a lag.
-		OldestPendingAgeSeconds: math.Round(s.OldestPendingAge.Seconds()*1000) / 1000,
-		DeadLetterRetryWaiting:  s.DeadLetterRetry.Waiting,
-		DeadLetterRetryNextDue:  nextDue(s.DeadLetterRetry),
-	}
-}
+func statsDocument(s outbox.Stats) statsJSON { return outboxadmin.NewCountsJSON(s) }
 
 // writeStatsTable writes the stats, the rates of flow when not nil, and the
 // tables' health.
-func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow, h outbox.TableHealth) error {
+func writeStatsTable(w io.Writer, s outbox.Stats, flow *outbox.Flow, h outbox.TableHealth, relays []outbox.RelayInfo) error {
 	tw := newTable(w, 2)
 	statsRows(tw, s, flow)
 	healthRows(tw, h)
+	relayRows(tw, relays)
 	return tw.flush()
 }
 
@@ -212,7 +205,7 @@ func (v *statsView) show(at time.Time, s outbox.Stats, flow outbox.Flow, h outbo
 	} else {
 		fmt.Fprintf(&b, "# %s\n", at.UTC().Format(time.RFC3339))
 	}
-	if err := writeStatsTable(&b, s, &flow, h); err != nil {
+	if err := writeStatsTable(&b, s, &flow, h, nil); err != nil {
 		return err
 	}
 	if !v.tty {

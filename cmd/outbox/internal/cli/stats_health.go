@@ -101,3 +101,45 @@ func horizonLine(hz *outbox.VacuumHorizon) string {
 	}
 	return b.String()
 }
+
+// statsRelaysJSON is the stats --json document: the counts, the tables'
+// health and the relays, each with the keys of the admin API.
+type statsRelaysJSON struct {
+	statsHealthJSON
+	outboxadmin.RelaysJSON
+}
+
+// relayRows adds the relays (Manager.Relays) to the stats table: one line
+// each, with what the relay's heartbeat row says.
+func relayRows(tw *table, relays []outbox.RelayInfo) {
+	if relays == nil {
+		return
+	}
+	tw.row("relays\t%d\n", len(relays))
+	for _, r := range relays {
+		var parts []string
+		switch {
+		case !r.Heartbeat:
+			parts = append(parts, "leases only (no heartbeat row)")
+		case r.Stale:
+			parts = append(parts, "stale: last seen "+when(r.LastSeen))
+		case r.Lease.Events > 0:
+			parts = append(parts, "publishing")
+		default:
+			parts = append(parts, "idle")
+		}
+		if r.Sink != "" {
+			parts = append(parts, safeText(r.Sink))
+		}
+		if r.Version != "" {
+			parts = append(parts, safeText(r.Version))
+		}
+		if r.Heartbeat {
+			parts = append(parts, "last claim "+when(r.LastClaim))
+		}
+		if r.Lease.Events > 0 {
+			parts = append(parts, fmt.Sprintf("%d events leased", r.Lease.Events))
+		}
+		tw.row("  %s\t%s\n", safeText(r.RelayID), strings.Join(parts, ", "))
+	}
+}

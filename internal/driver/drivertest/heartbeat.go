@@ -1,0 +1,128 @@
+package drivertest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/outboxtest"
+)
+
+// relays reads the heartbeat rows.
+func (b bundle) relays(t testing.TB) []driver.RelayRow {
+	t.Helper()
+	rows, err := b.drv.Relays(b.ctx)
+	require.NoError(t, err)
+	return rows
+}
+
+func testHeartbeat(t *testing.T, h Harness) {
+	b := setup(t, h)
+	proc := driver.RelayProcess{RelayID: "a", Host: "web-1", PID: 4242, Version: "v1.2.3",
+		Sink: "natssink(nats://127.0.0.1:4222)", EventTypes: "order.*,invoice.*"}
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, Start: true, TTL: time.Minute, Forget: time.Hour}))
+	rows := b.relays(t)
+	require.Len(t, rows, 1)
+	first := rows[0]
+	require.Equal(t, proc, first.RelayProcess)
+	require.Equal(t, first.StartedAt, first.LastSeen, "the first beat starts the run")
+	require.True(t, first.LastClaim.IsZero(), "no claim yet")
+	require.WithinDuration(t, first.Now.Add(time.Minute), first.ExpiresAt, 5*time.Second, "expires_at is now plus the TTL, by the database clock")
+
+	// A later beat keeps started_at and records the last claim.
+	claimed := first.Now.Truncate(time.Millisecond)
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, TTL: time.Minute, LastClaim: claimed, Forget: time.Hour}))
+	rows = b.relays(t)
+	require.Len(t, rows, 1)
+	require.Equal(t, first.StartedAt, rows[0].StartedAt)
+	require.False(t, rows[0].LastSeen.Before(first.LastSeen))
+	require.WithinDuration(t, claimed, rows[0].LastClaim, time.Millisecond)
+
+	// b beats with a short TTL and goes stale by the database clock; a
+	// beat of a's that forgets stale rows at once deletes it, never a's own.
+	other := proc
+	other.RelayID, other.EventTypes = "b", ""
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: other, Start: true, TTL: 20 * time.Millisecond, Forget: time.Hour}))
+	testutil.WaitFor(t, 10*time.Second, "b's row to go stale", func() bool {
+		rows := b.relays(t)
+		return len(rows) == 2 && rows[1].RelayID == "b" && rows[1].ExpiresAt.Before(rows[1].Now)
+	})
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, TTL: time.Minute, Forget: time.Hour}))
+	require.Len(t, b.relays(t), 2, "a row stale for less than Forget stays")
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, TTL: time.Minute}))
+	rows = b.relays(t)
+	require.Len(t, rows, 1, "the stale row is forgotten")
+	require.Equal(t, "a", rows[0].RelayID)
+
+	// A new run restarts started_at.
+	testutil.WaitFor(t, 10*time.Second, "the database clock to move", func() bool {
+		return b.relays(t)[0].Now.After(first.StartedAt)
+	})
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, Start: true, TTL: time.Minute, Forget: time.Hour}))
+	require.True(t, b.relays(t)[0].StartedAt.After(first.StartedAt))
+
+	require.NoError(t, b.drv.RemoveRelay(b.ctx, "a"))
+	require.Empty(t, b.relays(t))
+	require.NoError(t, b.drv.RemoveRelay(b.ctx, "a"), "removing a missing row is a no-op")
+}
+
+// testRelayHeartbeat runs a relay and watches Manager.Relays: it lists
+// the relay while idle, records its claims, and drops it when it stops.
+func testRelayHeartbeat(t *testing.T, h Harness) {
+	b := setup(t, h)
+	rec := outboxtest.NewRecorder()
+	r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: rec, RelayID: "idle-relay",
+		SinkName: "webhook https://user:s3cret@example.com/hook?token=t0ken", EventTypes: []string{"order.*"},
+		PollInterval: 20 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = r.Stop(context.Background())
+		}
+	})
+
+	list := func() []outbox.RelayInfo {
+		relays, err := b.mgr.Relays(b.ctx)
+		require.NoError(t, err)
+		return relays
+	}
+	relays := list()
+	require.Len(t, relays, 1, "a relay that has claimed nothing is listed once Start returns")
+	idle := relays[0]
+	require.Equal(t, "idle-relay", idle.RelayID)
+	require.True(t, idle.Heartbeat)
+	require.False(t, idle.Stale)
+	require.Zero(t, idle.Lease.Events)
+	require.True(t, idle.LastClaim.IsZero())
+	require.Equal(t, []string{"order.*"}, idle.EventTypes)
+	require.NotEmpty(t, idle.Host)
+	require.NotZero(t, idle.PID)
+	require.NotEmpty(t, idle.Version)
+	require.Equal(t, "webhook https://example.com/hook", idle.Sink, "no credentials in the row")
+
+	b.write(t, outbox.Message{EventType: "order.created", Payload: map[string]int{"n": 1}})
+	rec.WaitLen(t, 1, 30*time.Second)
+	testutil.WaitFor(t, 30*time.Second, "the last claim in the heartbeat row", func() bool {
+		relays := list()
+		return len(relays) == 1 && !relays[0].LastClaim.IsZero()
+	})
+	last := list()[0]
+	require.False(t, last.LastClaim.Before(idle.StartedAt), "the claim is timed by the database clock")
+	require.False(t, last.LastClaim.After(last.LastSeen))
+
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, r.Stop(ctx))
+	stopped = true
+	require.Empty(t, list(), "a stopped relay is gone when Stop returns")
+}

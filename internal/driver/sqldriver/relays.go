@@ -1,0 +1,62 @@
+package sqldriver
+
+import (
+	"context"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+// Heartbeat upserts the relay's row with the dialect's upsert
+// (Dialect.RelayUpsert) and forgets long-stale rows of other relays, in
+// one transaction. The table holds a row per relay process, so the delete
+// reads a handful of rows.
+func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
+	t := d.d.Table(d.schema, "outbox_relays")
+	var lastClaim any
+	if !b.LastClaim.IsZero() {
+		lastClaim = d.d.FormatTime(b.LastClaim)
+	}
+	return d.inTx(ctx, func(tx Tx) error {
+		if _, err := tx.ExecContext(ctx, d.d.RelayUpsert(t), b.RelayID, b.Host, b.PID, b.Version, b.Sink, b.EventTypes,
+			b.TTL.Milliseconds(), lastClaim, b.Start); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+t+` WHERE `+d.d.Quote("expires_at")+` < `+d.d.NowPlusMillis()+
+			` AND `+d.d.Quote("relay_id")+` <> ?`, -b.Forget.Milliseconds(), b.RelayID)
+		return err
+	})
+}
+
+// RemoveRelay deletes the relay's heartbeat row.
+func (d *Driver) RemoveRelay(ctx context.Context, relayID string) error {
+	_, err := d.exec(ctx, `DELETE FROM `+d.d.Table(d.schema, "outbox_relays")+` WHERE `+d.d.Quote("relay_id")+` = ?`, relayID)
+	return err
+}
+
+// Relays reads every heartbeat row with the database clock.
+func (d *Driver) Relays(ctx context.Context) ([]driver.RelayRow, error) {
+	q := d.d.Quote
+	rows, err := d.db.QueryContext(ctx, `SELECT `+q("relay_id")+`, `+q("host")+`, `+q("pid")+`, `+q("version")+`, `+
+		q("sink")+`, `+q("event_types")+`, `+q("started_at")+`, `+q("last_seen")+`, `+q("expires_at")+`, `+
+		q("last_claim_at")+`, `+d.d.Now()+`
+FROM `+d.d.Table(d.schema, "outbox_relays")+`
+ORDER BY `+q("relay_id"))
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []driver.RelayRow
+	for rows.Next() {
+		var (
+			r                                        driver.RelayRow
+			started, seen, expires, lastClaim, dbNow Time
+		)
+		if err := rows.Scan(&r.RelayID, &r.Host, &r.PID, &r.Version, &r.Sink, &r.EventTypes,
+			&started, &seen, &expires, &lastClaim, &dbNow); err != nil {
+			return nil, d.wrap(err)
+		}
+		r.StartedAt, r.LastSeen, r.ExpiresAt, r.LastClaim, r.Now = started.Time, seen.Time, expires.Time, lastClaim.Time, dbNow.Time
+		out = append(out, r)
+	}
+	return out, d.wrap(rows.Err())
+}
