@@ -125,6 +125,7 @@ func (s *httpSink) Publish(ctx context.Context, events []outbox.Event) []error {
 			continue
 		}
 		req.Header.Set("ce-id", strconv.FormatInt(e.ID, 10))
+		req.Header.Set("ce-subject", e.AggregateID)
 		resp, err := s.client.Do(req)
 		if err != nil {
 			errs[i] = err

@@ -3,14 +3,14 @@ module github.com/outboxkit/outbox/internal/driver/drivertest
 go 1.26.0
 
 require (
-	github.com/go-sql-driver/mysql v1.11.0
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
-	modernc.org/sqlite v1.63.0
+	modernc.org/sqlite v1.62.0
 )
 
 require (
