@@ -1,12 +1,14 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +20,6 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
-	"github.com/outboxkit/outbox/sink/webhooksink"
 )
 
 // sinkStates records a relay's circuit changes.
@@ -99,12 +100,47 @@ func (rc *receiver) received() int {
 	return len(rc.ids)
 }
 
-func newWebhookSink(t *testing.T, addr string) *webhooksink.Sink {
+// httpSink posts each event to a URL, one request at a time, as a webhook
+// sink does: a refused dial comes back as the dial error itself, a 2xx is a
+// delivery, 4xx other than 408 and 429 is permanent, anything else retryable.
+// The root module's tests cannot import sink/webhooksink (its own module).
+type httpSink struct {
+	url    string
+	client *http.Client
+}
+
+func newWebhookSink(t *testing.T, addr string) *httpSink {
 	t.Helper()
-	s, err := webhooksink.New(webhooksink.Config{URL: "http://" + addr + "/hook", Timeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return &httpSink{url: "http://" + addr + "/hook", client: &http.Client{Timeout: 2 * time.Second}}
+}
+
+func (s *httpSink) String() string { return "httpsink(" + s.url + ")" }
+
+func (s *httpSink) Publish(ctx context.Context, events []outbox.Event) []error {
+	errs := make([]error, len(events))
+	for i, e := range events {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(e.Payload))
+		if err != nil {
+			errs[i] = outbox.Permanent(err)
+			continue
+		}
+		req.Header.Set("ce-id", strconv.FormatInt(e.ID, 10))
+		req.Header.Set("ce-subject", e.AggregateID)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		_ = resp.Body.Close()
+		switch code := resp.StatusCode; {
+		case code >= 200 && code < 300:
+		case code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
+			errs[i] = outbox.Permanent(fmt.Errorf("answered %s", resp.Status))
+		default:
+			errs[i] = fmt.Errorf("answered %s", resp.Status)
+		}
+	}
+	return errs
 }
 
 // attemptsSpent sums the attempts of every event in the table.
@@ -204,10 +240,10 @@ func TestRelaySinkErrorStatusForEveryEventSpendsAttempts(t *testing.T) {
 	require.Zero(t, states.count(outbox.CircuitOpen), "an HTTP status is an answer: the circuit stays closed")
 }
 
-// healthySink is a webhook sink with a health check that dials its
+// healthySink is an HTTP sink with a health check that dials its
 // endpoint, counting the publishes and the checks.
 type healthySink struct {
-	*webhooksink.Sink
+	*httpSink
 	addr      string
 	mu        sync.Mutex
 	published int
@@ -218,7 +254,7 @@ func (s *healthySink) Publish(ctx context.Context, events []outbox.Event) []erro
 	s.mu.Lock()
 	s.published += len(events)
 	s.mu.Unlock()
-	return s.Sink.Publish(ctx, events)
+	return s.httpSink.Publish(ctx, events)
 }
 
 func (s *healthySink) Health(ctx context.Context) error {
@@ -242,7 +278,7 @@ func TestRelayProbesWithTheSinksHealthCheck(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	addr := closedPort(t)
-	sink := &healthySink{Sink: newWebhookSink(t, addr), addr: addr}
+	sink := &healthySink{httpSink: newWebhookSink(t, addr), addr: addr}
 	states := &sinkStates{}
 	ids := b.write(t, 5, nil)
 	b.start(t, outbox.RelayConfig{

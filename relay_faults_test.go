@@ -243,7 +243,7 @@ func TestRelayStopIsBoundedWhenSinkIgnoresContext(t *testing.T) {
 	require.EqualValues(t, 10, b.stats(t).Processing, "the lease is kept until it ends: the publish may still land")
 
 	err = r.Start(b.ctx)
-	require.ErrorContains(t, err, "relay still stopping", "no second run while the first one's publish is running")
+	require.ErrorContains(t, err, "relay: still stopping", "no second run while the first one's publish is running")
 
 	// The sink returns at last: the goroutines end, and the relay can run again.
 	close(sink.release)

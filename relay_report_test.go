@@ -36,7 +36,7 @@ func TestRelayWarnsOfFailingPublishesAtMostOncePerInterval(t *testing.T) {
 		SummaryInterval: -1, Logger: logs.logger(), Hooks: []outbox.Hook{hook},
 	})
 	testutil.WaitFor(t, 20*time.Second, "many failed batches", func() bool { return hook.retried() >= 100 })
-	require.True(t, logs.hasLine("level=WARN", `msg="publishes failing"`, "sink=webhooksink(http://"+addr+"/…)", "failed=5",
+	require.True(t, logs.hasLine("level=WARN", `msg="publishes failing"`, "sink=httpsink(http://"+addr+"/hook)", "failed=5",
 		"circuit=closed", "last_error=", "answered 500 Internal Server Error"), "the first failures are reported at once")
 	require.Equal(t, 1, strings.Count(logs.String(), `msg="publishes failing"`),
 		"a hundred failures within 30s make one warning, not one each")

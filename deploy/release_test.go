@@ -73,7 +73,7 @@ func TestRelease(t *testing.T) {
 
 	modules, err := os.ReadFile(filepath.Join(dir, name+".modules.txt"))
 	require.NoError(t, err)
-	for _, want := range []string{"\tpath\tgithub.com/outboxkit/outbox/cmd/outbox\n", "\tmod\tgithub.com/outboxkit/outbox\t",
+	for _, want := range []string{"\tpath\tgithub.com/outboxkit/outbox/cmd/outbox\n", "\tmod\tgithub.com/outboxkit/outbox/cmd/outbox\t", "\tdep\tgithub.com/outboxkit/outbox\t",
 		"\tdep\tgithub.com/jackc/pgx/v5\tv5.", "\tdep\tmodernc.org/sqlite\tv1.", "\tbuild\tCGO_ENABLED=0\n",
 		"\tbuild\t-trimpath=true\n", "\tbuild\tGOOS=linux\n"} {
 		require.Contains(t, string(modules), want)

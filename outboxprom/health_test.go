@@ -1,15 +1,12 @@
 package outboxprom
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/driver/drivertest"
 	dbtest "github.com/outboxkit/outbox/internal/testutil"
 )
 
@@ -60,27 +57,4 @@ func TestHealthGaugesOnPostgres(t *testing.T) {
 		"outbox_sqlite_file_bytes", "outbox_sqlite_free_bytes", "outbox_sqlite_wal_bytes"} {
 		require.Nil(t, f[name], name)
 	}
-}
-
-func TestHealthGaugesOnSQLite(t *testing.T) {
-	t.Parallel()
-	db := outbox.SQLite(drivertest.OpenSQLiteFile(t, filepath.Join(t.TempDir(), "outbox.db")))
-	_, err := db.Driver("").Migrate(t.Context())
-	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
-	_, err = New(Config{Registerer: reg, Manager: outbox.NewManager(db, outbox.ManagerConfig{})})
-	require.NoError(t, err)
-
-	require.Positive(t, gauge(t, reg, "outbox_sqlite_file_bytes", nil))
-	require.Zero(t, gauge(t, reg, "outbox_sqlite_free_bytes", nil))
-	require.GreaterOrEqual(t, gauge(t, reg, "outbox_sqlite_wal_bytes", nil), 0.0)
-	require.Zero(t, gauge(t, reg, "outbox_events", map[string]string{"status": "pending"}))
-	// SQLite cannot see dead rows or other connections' transactions: no
-	// series, rather than zeros that would look healthy.
-	f := families(t, reg)
-	for _, name := range []string{"outbox_table_dead_tuples", "outbox_table_bytes", "outbox_table_live_rows",
-		"outbox_vacuum_horizon_age_seconds", "outbox_vacuum_horizon_xid_age", "outbox_innodb_history_length"} {
-		require.Nil(t, f[name], name)
-	}
-	require.Zero(t, counter(t, f, "outbox_stats_errors_total", nil))
 }

@@ -3,15 +3,13 @@ package outboxtest_test
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/outboxmigrate"
@@ -78,31 +76,33 @@ func ExampleRequireWrittenTx() {
 	// FAIL: outboxtest: want 1 order.created event with payload {"id":"42","total":31} visible in the transaction, found 0; order.created events there: #1 aggregate order/42 payload {"id":"42","total":30}; event types in the table: order.created ×1
 }
 
-// On SQLite, MySQL and MariaDB the application's transactions are
-// database/sql ones; WrittenOpts.Dialect names the database.
-func ExampleRequireWrittenSQLTx() {
+// Applications whose transactions are database/sql ones (SQLite, MySQL,
+// MariaDB, or PostgreSQL through pgx's stdlib driver, as here) use the SQL
+// variants; WrittenOpts.Dialect names the database (PostgreSQL is the
+// default).
+func ExampleRequireManyWrittenSQLTx() {
 	ctx := context.Background()
 	t := printT{} // in a test: the test's *testing.T
-	dir, err := os.MkdirTemp("", "outboxtest")
+	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
-	if err != nil {
+	defer pool.Close()
+	schema := fmt.Sprintf("example_outboxtest_%d", rand.Uint32())
+	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	if _, err := outboxmigrate.Migrate(ctx, outbox.Postgres(pool), outboxmigrate.Config{Schema: schema}); err != nil {
 		panic(err)
 	}
+	db := stdlib.OpenDBFromPool(pool) // the application's *sql.DB
 	defer db.Close()
-	if _, err := outboxmigrate.Migrate(ctx, outbox.SQLite(db), outboxmigrate.Config{}); err != nil {
-		panic(err)
-	}
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		panic(err)
 	}
 	defer tx.Rollback()
-	w := outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectSQLite})
+	w := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
 	for _, id := range []string{"1", "2"} {
 		if _, err := w.WriteSQL(ctx, tx, outbox.Message{EventType: "invoice.sent", AggregateType: "invoice", AggregateID: id,
 			Payload: map[string]string{"invoice": id}, CorrelationID: "req-7"}); err != nil {
@@ -111,13 +111,13 @@ func ExampleRequireWrittenSQLTx() {
 	}
 
 	events := outboxtest.RequireManyWrittenSQLTx(ctx, t, tx, "invoice.sent", 2, &outboxtest.WrittenOpts{
-		Dialect: outbox.DialectSQLite,
+		Schema:  schema,
 		Headers: map[string]string{outbox.HeaderCorrelationID: "req-7"},
 	})
 	for _, e := range events {
 		fmt.Println(e.ID, e.AggregateID, string(e.Payload))
 	}
 	// Output:
-	// 1 1 {"invoice":"1"}
-	// 2 2 {"invoice":"2"}
+	// 1 1 {"invoice": "1"}
+	// 2 2 {"invoice": "2"}
 }

@@ -81,7 +81,7 @@ func testRelayHeartbeat(t *testing.T, h Harness) {
 	r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: rec, RelayID: "idle-relay",
 		SinkName: "webhook https://user:s3cret@example.com/hook?token=t0ken", EventTypes: []string{"order.*"},
 		PollInterval: 20 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		PgBouncer: h.Pooled, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
 	stopped := false

@@ -117,7 +117,8 @@ func TestTableHealthHorizonHoldsDeadTuples(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	h, err = drv.TableHealth(ctx)
 	require.NoError(t, err)
-	require.Equal(t, &driver.Horizon{XIDAge: new(int64(0))}, h.Horizon)
+	var zero int64
+	require.Equal(t, &driver.Horizon{XIDAge: &zero}, h.Horizon)
 	_, err = pool.Exec(ctx, `VACUUM `+drv.Table())
 	require.NoError(t, err)
 	h, err = drv.TableHealth(ctx)

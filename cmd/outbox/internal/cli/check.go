@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/internal/check"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/check"
 )
 
 // ExitInterrupted is the exit code of a check stopped by SIGINT or

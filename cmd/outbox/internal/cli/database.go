@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxmigrate"
 	"github.com/outboxkit/outbox/sink/stdoutsink"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )

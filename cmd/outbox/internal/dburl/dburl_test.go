@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/internal/driver/drivertest"
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/outboxmigrate"

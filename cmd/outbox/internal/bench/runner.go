@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxmigrate"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/bench"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/bench"
 )
 
 func TestParseScenarios(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/internal/driver/mysqldriver"
 )
 

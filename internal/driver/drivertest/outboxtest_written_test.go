@@ -1,4 +1,4 @@
-package outboxtest_test
+package drivertest_test
 
 import (
 	"context"

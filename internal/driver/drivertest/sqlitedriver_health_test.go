@@ -1,4 +1,4 @@
-package sqlitedriver_test
+package drivertest_test
 
 import (
 	"context"

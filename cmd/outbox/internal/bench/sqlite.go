@@ -13,7 +13,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver dburl's DSNs are for
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 )
 
 // sqliteStore runs each scenario in a scratch database file of its own,

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/bench"
-	"github.com/outboxkit/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/bench"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 )
 
 func TestDrainAndReference(t *testing.T) {

@@ -1,4 +1,4 @@
-package mysqldriver_test
+package drivertest_test
 
 import (
 	"context"
