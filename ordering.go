@@ -96,14 +96,14 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 		return nil
 	}
 	if _, ok := r.drv.(driver.OrderedClaimer); !ok {
-		return fmt.Errorf("outbox relay: ordering %q is supported on PostgreSQL only for now; use ordering none on this database", OrderingAggregate)
+		return fmt.Errorf("outbox: relay: ordering %q is supported on PostgreSQL only for now; use ordering none on this database", OrderingAggregate)
 	}
 	v, err := r.drv.SchemaVersion(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox relay: read the schema version: %w", err)
+		return fmt.Errorf("outbox: relay: read the schema version: %w", err)
 	}
 	if v > 0 && v < driver.OrderedVersion {
-		return fmt.Errorf("outbox relay: ordering %q needs schema version %d, schema %q is at %d: run outbox migrate",
+		return fmt.Errorf("outbox: relay: ordering %q needs schema version %d, schema %q is at %d: run outbox migrate",
 			OrderingAggregate, driver.OrderedVersion, r.cfg.Schema, v)
 	}
 	return nil
