@@ -161,6 +161,14 @@ type RelayConfig struct {
 	// ("order.*"). The filter is part of the claim statement, so relays with
 	// disjoint patterns can serve different sinks from one table.
 	EventTypes []string
+	// Ordering says whether the relay keeps per-aggregate order
+	// (OrderingAggregate; PostgreSQL only for now). Defaults to
+	// OrderingNone.
+	Ordering Ordering
+	// OrderedFailure is what an aggregate's later events do once its first
+	// unfinished event is dead-lettered, in ordered mode. Defaults to
+	// OrderedFailureBlock.
+	OrderedFailure OrderedFailure
 	// PurgeAfter, when positive, makes the fleet's leading relay delete
 	// processed events (and archived ones) older than this, every
 	// PurgeInterval, in batches of PurgeBatchSize, as Manager.Purge does.
@@ -238,6 +246,8 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 		c.RelayID = DefaultRelayID()
 	}
 	c.Retention = cmp.Or(c.Retention, RetainProcessed)
+	c.Ordering = cmp.Or(c.Ordering, OrderingNone)
+	c.OrderedFailure = cmp.Or(c.OrderedFailure, OrderedFailureBlock)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
@@ -316,6 +326,9 @@ func (c RelayConfig) Validate() error {
 		return bad("Listen", "is set with PgBouncer: a pooler in transaction mode keeps no LISTEN session; the relay polls (lower PollInterval for lower latency)")
 	}
 	if _, err := ParseRetention(string(c.Retention)); err != nil {
+		return err
+	}
+	if err := c.validateOrdering(); err != nil {
 		return err
 	}
 	if err := c.validateSchedule(); err != nil {

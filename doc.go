@@ -22,11 +22,17 @@
 //     transactions are never published.
 //   - A stable ID. [Event.ID] is the same on every delivery; consumers drop
 //     duplicates on it.
-//   - Ordering is best effort. A claim takes due events in (available_at, id)
-//     order and publishes a batch in that order, but retries go back with a
-//     later available_at, several relays or [RelayConfig.Workers] publish
-//     batches at the same time, and an event from a long transaction becomes
-//     visible only when it commits. There is no per-aggregate ordering yet.
+//   - Unordered by default: a claim takes due events in (available_at, id)
+//     order, but retries go back with a later available_at and several relays
+//     or [RelayConfig.Workers] publish batches at the same time.
+//   - Per-aggregate order with [RelayConfig.Ordering] = [OrderingAggregate]
+//     (PostgreSQL for now): for each (AggregateType, AggregateID), the sink's
+//     first acknowledgements follow the order the events were written in
+//     (within a transaction, insertion order; between transactions that ran
+//     one after the other, commit order; between concurrent ones, the order
+//     of their first writes), across relays, crashes and retries.
+//     [RelayConfig.OrderedFailure] says whether a dead-lettered event holds
+//     its aggregate's later events back (block) or not (skip).
 //   - Database errors never spend an event's attempts: the relay retries its
 //     own statements, and events whose marks could not land are rescued when
 //     their lease expires.

@@ -177,6 +177,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkScheduleSchema(ctx); err != nil {
 		return err
 	}
+	if err := r.checkOrdering(ctx); err != nil {
+		return err
+	}
 	r.startHeartbeat(ctx)
 	r.resetCircuit(ctx)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
@@ -444,6 +447,9 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 		// (relay_circuit.go).
 		size = 1
 	}
+	if r.ordered() {
+		return r.claimOrdered(ctx, size)
+	}
 	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
 		Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
 }
@@ -472,7 +478,12 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	}
 
 	pubStart := time.Now()
-	errs := r.publish(ctx, events)
+	var errs []error
+	if r.ordered() {
+		errs = r.publishOrdered(ctx, events, pubStart.Add(r.cfg.Lease-claimDur-leaseMargin(r.cfg.Lease)))
+	} else {
+		errs = r.publish(ctx, events)
+	}
 	r.book.settling(fence)
 	info.PublishedAt = time.Now()
 	info.PublishDuration = info.PublishedAt.Sub(pubStart)
@@ -495,6 +506,10 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 			done = append(done, e.ID)
 		case hardStopped && !IsPermanent(err):
 			// Cancelled by a hard stop, not by the sink: no attempt spent.
+			released = append(released, e.ID)
+		case errors.Is(err, ErrEarlierEventFailed) || errors.Is(err, errLeaseEnding):
+			// Not sent: it waits behind its aggregate's earlier event, or
+			// for a claim with time left. No attempt spent.
 			released = append(released, e.ID)
 		case down && sinkUnavailable(err):
 			// The sink is unreachable: no attempt spent either.

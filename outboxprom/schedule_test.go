@@ -76,3 +76,24 @@ func TestScheduleMetricsFromARelay(t *testing.T) {
 	require.Equal(t, float64(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC).Unix()),
 		series(f, "outbox_dead_letter_retry_next_due_timestamp_seconds", tl).GetGauge().GetValue())
 }
+
+// outbox_blocked_aggregates counts the keys whose ordered delivery waits
+// behind a dead first event.
+func TestBlockedAggregatesGauge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := New(Config{Registerer: b.reg, Manager: b.mgr, Schema: b.schema, Sink: "rec", SampleInterval: time.Millisecond})
+	require.NoError(t, err)
+	b.write(t, "order.created")
+	b.write(t, "order.created")
+	table := pgx.Identifier{b.schema, "outbox_events"}.Sanitize()
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+table+` SET aggregate_type = 'order', aggregate_id = 'o-1'`)
+	require.NoError(t, err)
+	tl := map[string]string{"schema": b.schema}
+	require.Equal(t, 0.0, series(families(t, b.reg), "outbox_blocked_aggregates", tl).GetGauge().GetValue())
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+table+` SET status = 'failed' WHERE id = (SELECT min(id) FROM `+table+`)`)
+	require.NoError(t, err)
+	dbtest.WaitFor(t, 10*time.Second, "one blocked aggregate", func() bool {
+		return series(families(t, b.reg), "outbox_blocked_aggregates", tl).GetGauge().GetValue() == 1
+	})
+}

@@ -157,7 +157,8 @@ func TestStatsEmpty(t *testing.T) {
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 	require.Equal(t, []any{}, doc["relays"], "no relay runs")
-	for _, k := range []string{"tables", "vacuum_horizon", "innodb_history_length", "sqlite_file", "relays"} {
+	require.Equal(t, map[string]any{"total": 0.0, "aggregates": []any{}}, doc["blocked_aggregates"], "no ordered delivery waits")
+	for _, k := range []string{"tables", "vacuum_horizon", "innodb_history_length", "sqlite_file", "relays", "blocked_aggregates"} {
 		require.Contains(t, doc, k)
 		delete(doc, k)
 	}

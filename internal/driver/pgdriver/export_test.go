@@ -15,3 +15,9 @@ func PurgeArchiveSQL(d *Driver) string { return d.q.purgeArchive }
 func DeadLetterSQL(d *Driver) (schedule, retry string) {
 	return scheduleDeadLetterSQL(d.table), retryDeadLetterSQL(d.table)
 }
+
+// OrderedClaimSQL exposes the ordered claim's statements (the windowed
+// first try, then the whole-backlog one), block policy, to plan tests.
+func OrderedClaimSQL(d *Driver) (window, full string) {
+	return d.ordered[0].claimWindow, d.ordered[0].claim
+}

@@ -22,6 +22,10 @@ type Driver struct {
 	schema string
 	table  string // quoted, schema-qualified outbox_events
 	q      queries
+	// ordered holds the ordered-delivery statements: block, then skip.
+	ordered [2]orderedQueries
+	// orderedState is shared by the ordered claims of every relay loop.
+	orderedState orderedState
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -31,6 +35,7 @@ func New(pool *pgxpool.Pool, schema string) *Driver {
 	d := &Driver{pool: pool, schema: schema}
 	d.table = pgx.Identifier{schema, "outbox_events"}.Sanitize()
 	d.q = buildQueries(d.table)
+	d.ordered = [2]orderedQueries{buildOrderedQueries(d.table, false), buildOrderedQueries(d.table, true)}
 	return d
 }
 

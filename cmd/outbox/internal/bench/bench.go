@@ -180,6 +180,10 @@ type Config struct {
 	// run each; steady and latency use the first. Defaults to
 	// outbox.RetainProcessed.
 	Retentions []outbox.Retention
+	// OrderedKeys, when set, adds an ordered drain (RelayConfig.Ordering
+	// aggregate) after each unordered one, one per entry, with the backlog
+	// spread over that many aggregates. PostgreSQL only.
+	OrderedKeys []int
 	// Wakes are the wake-up modes steady and latency run in, one run each.
 	// Defaults to WakePoll. WakeListen needs PostgreSQL.
 	Wakes []Wake
@@ -275,6 +279,11 @@ func (c Config) Validate() error {
 	for _, r := range c.Retentions {
 		if _, err := outbox.ParseRetention(string(r)); err != nil {
 			return bad("Retentions", "has %q: use %s", r, joinNames(Retentions))
+		}
+	}
+	for _, k := range c.OrderedKeys {
+		if k < 1 || k > c.Events {
+			return bad("OrderedKeys", "has %d: use 1 to the number of events (%d)", k, c.Events)
 		}
 	}
 	for _, w := range c.Wakes {

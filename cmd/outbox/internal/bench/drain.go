@@ -20,9 +20,26 @@ const stallTimeout = time.Minute
 // EventsPerS is Events over the time from the relay's start until the last
 // batch was marked. Its DrainStats is left for Run to fill in.
 func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report, error) {
+	return r.drain(ctx, retention, 0)
+}
+
+// drain is Drain; with keys > 0, an ordered drain (OrderingAggregate) of
+// events spread over that many aggregates, PostgreSQL only.
+func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int) (Report, error) {
 	rep := Report{Scenario: ScenarioDrain, Retention: string(retention)}
+	ordering := outbox.OrderingNone
+	if keys > 0 {
+		rep.Ordering, rep.Keys, ordering = string(outbox.OrderingAggregate), keys, outbox.OrderingAggregate
+	}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
-		r.progress("drain (%s): pre-filling %d events", retention, r.cfg.Events)
+		if keys > 0 {
+			ps, ok := s.(*pgScratch)
+			if !ok {
+				return errors.New("an ordered drain needs PostgreSQL")
+			}
+			ps.keys = keys
+		}
+		r.progress("drain (%s, ordering %s): pre-filling %d events", retention, ordering, r.cfg.Events)
 		if err := s.prefill(ctx, r.cfg.Events, r.payload); err != nil {
 			return err
 		}
@@ -44,6 +61,7 @@ func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report,
 		relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 			Sink: rec, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
 			PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, Hooks: []outbox.Hook{progress},
+			Ordering: ordering,
 		})
 		if err != nil {
 			return err

@@ -62,6 +62,9 @@ type Report struct {
 	// schema (PostgreSQL), the database (MySQL/MariaDB) or the file's path
 	// (SQLite).
 	Schema string `json:"schema"`
+	// Ordering is "aggregate" for an ordered drain, over Keys aggregates.
+	Ordering string `json:"ordering,omitempty"`
+	Keys     int    `json:"keys,omitempty"`
 	// Wake is the wake-up mode (steady and latency).
 	Wake Wake `json:"wake,omitempty"`
 	// Events is how many events the scenario delivered (drain, reference)
@@ -95,6 +98,9 @@ type DrainStats struct {
 	// RatioToReference is EventsPerS / ReferenceEventsPerS, both from the
 	// same run and retention mode.
 	RatioToReference float64 `json:"ratio_to_reference"`
+	// RatioToUnordered, for an ordered drain, is EventsPerS over the
+	// unordered drain's in the same run and retention mode.
+	RatioToUnordered float64 `json:"ratio_to_unordered,omitempty"`
 }
 
 // SteadyStats is what the relay costs writers running flat out.

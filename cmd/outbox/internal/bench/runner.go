@@ -139,6 +139,15 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			}
 			d.DrainStats = &DrainStats{ReferenceEventsPerS: ref.EventsPerS, RatioToReference: ratio(d.EventsPerS, ref.EventsPerS)}
 			res.Scenarios = append(res.Scenarios, d)
+			for _, keys := range r.cfg.OrderedKeys {
+				o, err := r.drain(ctx, mode, keys)
+				if err != nil {
+					return res, err
+				}
+				o.DrainStats = &DrainStats{ReferenceEventsPerS: ref.EventsPerS, RatioToReference: ratio(o.EventsPerS, ref.EventsPerS),
+					RatioToUnordered: ratio(o.EventsPerS, d.EventsPerS)}
+				res.Scenarios = append(res.Scenarios, o)
+			}
 		}
 	}
 	mode := r.cfg.Retentions[0]

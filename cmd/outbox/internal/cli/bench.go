@@ -25,7 +25,7 @@ import (
 var benchFlagNames = map[string]string{
 	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "Writers": "--writers",
 	"PayloadSize": "--payload-size", "Duration": "--duration", "Rate": "--rate", "PollInterval": "--poll-interval",
-	"Retentions": "--retention", "Wakes": "--wake", "SchemaPrefix": "--schema-prefix",
+	"Retentions": "--retention", "Wakes": "--wake", "SchemaPrefix": "--schema-prefix", "OrderedKeys": "--ordered-keys",
 }
 
 // benchDiscardSink is the --sink value of the bench's own discarding sink.
@@ -178,6 +178,7 @@ scenarios that finished and exits 130.`,
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long latency writes, and steady with the relay (steady also writes without it, half as long before and half after)")
 	f.IntVar(&cfg.Rate, "rate", bench.RateDefault, "latency: the writers' total events per second")
 	f.StringVar(&retention, "retention", string(outbox.RetainProcessed), "what the relay does with delivered events: processed, delete, archive, or all")
+	f.IntSliceVar(&cfg.OrderedKeys, "ordered-keys", nil, "drain: after each unordered drain, an ordered one (relay --ordering aggregate) per count, with the backlog spread over that many aggregates, such as 10000,1000,10 (PostgreSQL only)")
 	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
@@ -250,6 +251,9 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		if r.Wake != "" {
 			title += ", wake " + string(r.Wake)
 		}
+		if r.Ordering != "" {
+			title += fmt.Sprintf(", ordering %s, %s keys", r.Ordering, thousands(float64(r.Keys)))
+		}
 		t.row("\n%s\n", title)
 		switch r.Scenario {
 		case bench.ScenarioLatency:
@@ -270,6 +274,9 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 			t.row("  events/s\t%s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(float64(r.Events)), r.Seconds)
 			if r.DrainStats != nil {
 				t.row("  relay/reference\t%.2f× (reference %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
+				if r.RatioToUnordered > 0 {
+					t.row("  ordered/unordered\t%.2f×\n", r.RatioToUnordered)
+				}
 			}
 		}
 		if r.Duplicates > 0 {

@@ -169,6 +169,8 @@ appears in output or logs.`,
 var flagValues = map[string][]string{
 	"status":            {"pending", "processing", "processed", "failed"},
 	"retention":         {"processed", "delete", "archive"},
+	"ordering":          {"none", "aggregate"},
+	"ordered-failure":   {"block", "skip"},
 	"partition-archive": {"daily", "weekly"},
 	"log-level":         logLevels,
 	"log-format":        logFormats,

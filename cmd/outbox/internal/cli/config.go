@@ -29,19 +29,21 @@ const configFileMax = 1 << 20
 type valueKind int
 
 const (
-	kindString      valueKind = iota // any scalar, as text
-	kindTemplate                     // a route template
-	kindPositive                     // an integer > 0
-	kindDuration                     // a Go duration > 0
-	kindDurationOff                  // a Go duration ≥ 0, 0 meaning off
-	kindBool                         // true or false
-	kindList                         // a sequence of non-empty strings, or one comma-separated string
-	kindRules                        // a sequence of {event_type, topic}
-	kindRetention                    // processed, delete or archive
-	kindAddr                         // host:port
-	kindHTTPURL                      // an http(s) URL, checked like --alert-webhook
-	kindLogLevel                     // debug, info, warn or error
-	kindLogFormat                    // text or json
+	kindString         valueKind = iota // any scalar, as text
+	kindTemplate                        // a route template
+	kindPositive                        // an integer > 0
+	kindDuration                        // a Go duration > 0
+	kindDurationOff                     // a Go duration ≥ 0, 0 meaning off
+	kindBool                            // true or false
+	kindList                            // a sequence of non-empty strings, or one comma-separated string
+	kindRules                           // a sequence of {event_type, topic}
+	kindRetention                       // processed, delete or archive
+	kindOrdering                        // none or aggregate
+	kindOrderedFailure                  // block or skip
+	kindAddr                            // host:port
+	kindHTTPURL                         // an http(s) URL, checked like --alert-webhook
+	kindLogLevel                        // debug, info, warn or error
+	kindLogFormat                       // text or json
 )
 
 // fileKey is one key of the config file and the relay flag it stands for.
@@ -100,6 +102,8 @@ var fileKeys = []fileKey{
 	{"relay", "probe_interval_max", "probe-interval-max", kindDuration},
 	{"relay", "summary_interval", "summary-interval", kindDurationOff},
 	{"relay", "heartbeat_interval", "heartbeat-interval", kindDurationOff},
+	{"relay", "ordering", "ordering", kindOrdering},
+	{"relay", "ordered_failure", "ordered-failure", kindOrderedFailure},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},
@@ -353,6 +357,14 @@ func (c *fileConfig) parseValue(key fileKey, n *yaml.Node, lookup func(string) (
 	case kindRetention:
 		if _, err := outbox.ParseRetention(s); err != nil {
 			return fail(n.Line, "unknown mode %q: use processed, delete or archive", clip(s))
+		}
+	case kindOrdering:
+		if _, err := outbox.ParseOrdering(s); err != nil {
+			return fail(n.Line, "unknown mode %q: use none or aggregate", clip(s))
+		}
+	case kindOrderedFailure:
+		if _, err := outbox.ParseOrderedFailure(s); err != nil {
+			return fail(n.Line, "unknown policy %q: use block or skip", clip(s))
 		}
 	case kindAddr:
 		if !validAddr(s) {

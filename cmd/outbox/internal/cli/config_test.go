@@ -69,6 +69,8 @@ relay:
   probe_interval_max: 1m
   summary_interval: 0s
   heartbeat_interval: 5s
+  ordering: aggregate
+  ordered_failure: skip
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -108,6 +110,8 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.True(t, get("pgbouncer").flag)
 	require.Equal(t, "archive", get("retention").str)
 	require.True(t, get("listen").flag)
+	require.Equal(t, "aggregate", get("ordering").str)
+	require.Equal(t, "skip", get("ordered-failure").str)
 	require.False(t, get("otel").flag)
 	require.Equal(t, "relay.lease (relay.yaml:28)", get("lease").origin())
 	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")

@@ -33,7 +33,7 @@ var relayFlagNames = map[string]string{
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
 	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
 	"ProbeInterval": "probe-interval", "ProbeIntervalMax": "probe-interval-max", "SummaryInterval": "summary-interval",
-	"HeartbeatInterval": "heartbeat-interval",
+	"HeartbeatInterval": "heartbeat-interval", "Ordering": "ordering", "OrderedFailure": "ordered-failure",
 }
 
 // relayFlags are the relay command's flags, before the config file and the
@@ -42,6 +42,8 @@ type relayFlags struct {
 	sinkURL    string
 	cfg        outbox.RelayConfig
 	retention  string
+	ordering   string
+	failure    string // --ordered-failure
 	eventTypes []string
 	route      string
 	routeRules []string
@@ -116,6 +118,8 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.cfg.RelayID, "relay-id", "", "this relay's name in locked_by, logs and application_name (default hostname:pid)")
 	f.StringSliceVar(&rf.eventTypes, "event-types", nil, "relay only events whose type matches one of these patterns, * matching any run of characters, such as 'order.*,user.created' (default every type)")
 	f.StringVar(&rf.retention, "retention", string(outbox.RetainProcessed), "what happens to a delivered event's row: processed (kept), delete, or archive (moved to outbox_events_archive)")
+	f.StringVar(&rf.ordering, "ordering", string(outbox.OrderingNone), "none, or aggregate: per aggregate (aggregate_type, aggregate_id), the sink's first acknowledgements follow the order the events were written in, across any number of relays (PostgreSQL only for now)")
+	f.StringVar(&rf.failure, "ordered-failure", string(outbox.OrderedFailureBlock), "with --ordering aggregate, what an aggregate's later events do once its first unfinished event is dead-lettered: block (wait, unsent, until it is retried) or skip (go on)")
 	f.BoolVar(&rf.cfg.Listen, "listen", false, "claim as soon as a writer commits, woken by PostgreSQL NOTIFY (writers set WriterConfig.NotifyInterval), instead of polling every --poll-interval")
 	f.StringVar(&rf.route, "route", route.Default, "broker sinks: the template of each event's subject, topic, routing key or stream; placeholders {event_type}, {aggregate_type}, {aggregate_id}, {id}, {header.NAME}, with {name|fallback}")
 	f.StringArrayVar(&rf.routeRules, "route-rule", nil, "broker sinks: 'PATTERN=TEMPLATE' routes events whose type matches PATTERN to TEMPLATE instead of --route; repeatable, the first match wins")
@@ -192,6 +196,17 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err != nil {
 		return usagef("invalid %s %q: use processed, delete or archive", m.name("retention"), clip(rf.retention))
 	}
+	ordering, err := outbox.ParseOrdering(rf.ordering)
+	if err != nil {
+		return usagef("invalid %s %q: use none or aggregate", m.name("ordering"), clip(rf.ordering))
+	}
+	failure, err := outbox.ParseOrderedFailure(rf.failure)
+	if err != nil {
+		return usagef("invalid %s %q: use block or skip", m.name("ordered-failure"), clip(rf.failure))
+	}
+	if failure == outbox.OrderedFailureSkip && ordering != outbox.OrderingAggregate {
+		return usagef("%s skip needs --ordering aggregate", m.name("ordered-failure"))
+	}
 	router, err := m.router(rf)
 	if err != nil {
 		return err
@@ -201,8 +216,12 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
+	if ordering == outbox.OrderingAggregate && pc == nil {
+		return usagef("%s aggregate is supported on PostgreSQL only for now, not on %s: use --ordering none", m.name("ordering"), db.Kind)
+	}
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
+	cfg.Ordering, cfg.OrderedFailure = ordering, failure
 	cfg.Schema, cfg.Logger, cfg.PgBouncer = a.schema, a.logger, a.pgbouncer
 	if cfg.RelayID == "" {
 		cfg.RelayID = outbox.DefaultRelayID()
@@ -280,6 +299,9 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 	}
 	observers.setRelay(relay)
 	attrs := []any{"sink", sinkName, "relay_id", cfg.RelayID, "retention", string(cfg.Retention), "listen", cfg.Listen}
+	if cfg.Ordering == outbox.OrderingAggregate {
+		attrs = append(attrs, "ordering", string(cfg.Ordering), "ordered_failure", string(cfg.OrderedFailure))
+	}
 	if cfg.PgBouncer {
 		attrs = append(attrs, "pgbouncer", true)
 	}
@@ -373,6 +395,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	strs := map[string]*string{
 		"relay-id": &rf.cfg.RelayID, "retention": &rf.retention, "source": &rf.so.Source,
+		"ordering": &rf.ordering, "ordered-failure": &rf.failure,
 		"route": &rf.route, "metrics-addr": &rf.obs.metricsAddr,
 		"webhook-ca": &rf.so.WebhookCA, "webhook-cert": &rf.so.WebhookCert, "webhook-key": &rf.so.WebhookKey,
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -19,6 +20,18 @@ import (
 // statsJSON is the counts of the stats --json document: the admin API's
 // CountsJSON, so both speak one contract.
 type statsJSON = outboxadmin.CountsJSON
+
+// statsDocJSON is the one-shot stats --json document: the counts, the
+// tables' health, the relays and, on PostgreSQL, the aggregates an ordered
+// relay holds back (block policy): their first unfinished event failed while
+// later events wait.
+type statsDocJSON struct {
+	statsRelaysJSON
+	BlockedAggregates *outbox.BlockedAggregates `json:"blocked_aggregates,omitempty"`
+}
+
+// blockedListLimit is how many blocked aggregates stats lists.
+const blockedListLimit = 20
 
 // statsIntervalDefault is how often stats --watch refreshes.
 const statsIntervalDefault = 2 * time.Second
@@ -44,7 +57,10 @@ processing, processed, failed, oldest_pending_age_seconds,
 dead_letter_retry_waiting, dead_letter_retry_next_due, tables,
 vacuum_horizon, innodb_history_length, sqlite_file and relays (as the
 admin API's GET /api/relays); a figure the database does not report is
-null. Failed
+null. On PostgreSQL it also has blocked_aggregates: the aggregates whose
+ordered delivery (relay --ordering aggregate) waits behind a failed first
+event, with total and the first 20 (aggregate_type, aggregate_id, head_id,
+head_status, waiting). Failed
 events waiting for a slow retry (relay --dead-letter-retry) show as
 "dead-letter retry" with the time the next one is due.
 
@@ -85,10 +101,20 @@ longer --interval.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)})
+			var blocked *outbox.BlockedAggregates
+			switch b, err := m.BlockedAggregates(cmd.Context(), outbox.OrderedFailureBlock, blockedListLimit); {
+			case err == nil:
+				blocked = &b
+			case !errors.Is(err, outbox.ErrOrderingUnsupported):
+				return err
 			}
-			return writeStatsTable(a.stdout, s, nil, h, relays)
+			if asJSON {
+				return writeJSON(a.stdout, statsDocJSON{statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)}, blocked})
+			}
+			if err := writeStatsTable(a.stdout, s, nil, h, relays); err != nil {
+				return err
+			}
+			return writeBlocked(a.stdout, blocked)
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -98,6 +124,20 @@ longer --interval.`,
 }
 
 func statsDocument(s outbox.Stats) statsJSON { return outboxadmin.NewCountsJSON(s) }
+
+// writeBlocked lists the blocked aggregates, if there are any.
+func writeBlocked(w io.Writer, b *outbox.BlockedAggregates) error {
+	if b == nil || b.Total == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nblocked aggregates: %d (ordered delivery waits behind a failed event; retry or discard it)\n", b.Total)
+	tw := newTable(w, 2)
+	tw.row("aggregate\thead event\thead status\twaiting\n")
+	for _, a := range b.Aggregates {
+		tw.row("%s/%s\t%d\t%s\t%d\n", safeText(a.AggregateType), safeText(a.AggregateID), a.HeadID, a.HeadStatus, a.Waiting)
+	}
+	return tw.flush()
+}
 
 // writeStatsTable writes the stats, the rates of flow when not nil, and the
 // tables' health.
