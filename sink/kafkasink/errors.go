@@ -54,6 +54,35 @@ func (s *Sink) produceError(ctx context.Context, e *outbox.Event, topic string, 
 	return fmt.Errorf("%s (retryable): %w", prefix, err)
 }
 
+// batchLevel reports whether the brokers answer err for a whole record
+// batch (a produce request's records of one partition) although one record
+// may be at fault: a record over the topic's max.message.bytes fails every
+// record batched with it.
+func batchLevel(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.PolicyViolation)
+}
+
+// sameBatchFailures counts the failures of this Publish with r's
+// batch-level error on r's topic and partition, r included.
+func sameBatchFailures(failed []result, r result, topics []string) int {
+	n := 0
+	for _, o := range failed {
+		if o.partition == r.partition && topics[o.i] == topics[r.i] && errors.Is(o.err, r.err) {
+			n++
+		}
+	}
+	return n
+}
+
+// sharedFailure reports whether r failed with a batch-level error that
+// other records of its partition share: the error does not prove that r
+// is the record at fault, so r must not be dead-lettered for it. Retries
+// spread the events over other batches until the one at fault fails alone.
+func sharedFailure(failed []result, r result, topics []string) bool {
+	return batchLevel(r.err) && sameBatchFailures(failed, r, topics) > 1
+}
+
 // connectError explains in one line why no broker answered New's ping.
 func (s *Sink) connectError(err error) error {
 	hint := "check that Kafka is running there and reachable from here"

@@ -159,8 +159,9 @@ func (s *Sink) LogValue() slog.Value { return s.cfg.LogValue() }
 
 // result is one record's outcome.
 type result struct {
-	i   int
-	err error
+	i         int
+	partition int32
+	err       error
 }
 
 // Publish produces every event, then waits for all of their acks, and
@@ -246,16 +247,29 @@ func (s *Sink) produce(ctx context.Context, events []outbox.Event, topics []stri
 			continue
 		}
 		waiting[i] = true
-		s.client.Produce(ctx, records[i], func(_ *kgo.Record, err error) {
-			results <- result{i: i, err: err}
+		s.client.Produce(ctx, records[i], func(r *kgo.Record, err error) {
+			results <- result{i: i, partition: r.Partition, err: err}
 		})
 	}
+	// Failures are explained once all are in: the brokers fail a whole
+	// record batch for one record's fault (see sharedFailure).
+	var failed []result
 	collect := func(r result) {
 		delete(waiting, r.i)
 		if r.err != nil {
-			errs[r.i] = s.produceError(ctx, &events[r.i], topics[r.i], r.err)
+			failed = append(failed, r)
 		}
 	}
+	defer func() {
+		for _, r := range failed {
+			if sharedFailure(failed, r, topics) {
+				errs[r.i] = fmt.Errorf("kafkasink: event %d to topic %q: the brokers refused the record batch it was in, with %d other records of partition %d: the fault may be another record's, so this one is retried (an event that fails alone is dead-lettered): %w",
+					events[r.i].ID, topics[r.i], sameBatchFailures(failed, r, topics)-1, r.partition, r.err)
+				continue
+			}
+			errs[r.i] = s.produceError(ctx, &events[r.i], topics[r.i], r.err)
+		}
+	}()
 wait:
 	for len(waiting) > 0 {
 		select {

@@ -162,3 +162,40 @@ func TestKeyOrderedBrokerFailure(t *testing.T) {
 		require.False(t, ids[e.ID], "event %d of the failed batch was stored", e.ID)
 	}
 }
+
+// TestBatchRefusalIsNotEveryRecordsFault checks the results when the
+// brokers refuse a whole record batch (MESSAGE_TOO_LARGE: one record over
+// the topic's max.message.bytes fails every record batched with it): the
+// records that shared the refusal are retried, not dead-lettered, and a
+// record refused alone is.
+func TestBatchRefusalIsNotEveryRecordsFault(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := c.topic(t, 1)
+	s := newSink(t, c.config(t, topic))
+	require.Nil(t, s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("order.created", `{}`)}))
+
+	seen, release, _ := failFirstProduce(t, c, kerr.MessageTooLarge.Code)
+	var events []outbox.Event
+	for n := range 5 {
+		events = append(events, sinktest.NewEvent("order.created", fmt.Sprintf(`{"n":%d}`, n)))
+	}
+	done := make(chan []error, 1)
+	go func() { done <- s.Publish(t.Context(), events) }()
+	<-seen
+	release() // the records behind the first wait in the client, then fail with it
+	errs := <-done
+	require.Len(t, errs, len(events))
+	for i, err := range errs {
+		require.ErrorIs(t, err, kerr.MessageTooLarge, "record %d", i)
+		require.False(t, outbox.IsPermanent(err), "record %d shared the batch's refusal: retried, not dead-lettered: %v", i, err)
+		require.ErrorContains(t, err, "refused the record batch it was in")
+	}
+
+	// Alone, the refusal is the record's own.
+	_, release, _ = failFirstProduce(t, c, kerr.MessageTooLarge.Code)
+	release()
+	errs = s.Publish(t.Context(), []outbox.Event{sinktest.NewEvent("order.created", `{"big":true}`)})
+	require.Len(t, errs, 1)
+	require.True(t, outbox.IsPermanent(errs[0]), "a record refused alone is dead-lettered: %v", errs[0])
+}

@@ -130,7 +130,9 @@ func writeBlocked(w io.Writer, b *outbox.BlockedAggregates) error {
 	if b == nil || b.Total == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nblocked aggregates: %d (ordered delivery waits behind a failed event; retry or discard it)\n", b.Total)
+	if _, err := fmt.Fprintf(w, "\nblocked aggregates: %d (ordered delivery waits behind a failed event; retry or discard it)\n", b.Total); err != nil {
+		return err
+	}
 	tw := newTable(w, 2)
 	tw.row("aggregate\thead event\thead status\twaiting\n")
 	for _, a := range b.Aggregates {
