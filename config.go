@@ -209,7 +209,8 @@ type RelayConfig struct {
 	ProbeIntervalMax time.Duration
 	// SummaryInterval is how often the relay logs an INFO summary of what
 	// it published, retried, dead-lettered and released (an idle interval
-	// logs nothing). Defaults to SummaryIntervalDefault; negative turns the
+	// logs nothing), and once more when it stops, for what the last interval
+	// did. Defaults to SummaryIntervalDefault; negative turns the
 	// summary off.
 	SummaryInterval time.Duration
 	// HeartbeatInterval is how often the relay renews its row in

@@ -280,6 +280,11 @@ func (r *Relay) stop(ctx context.Context, outlived string, attrs ...any) error {
 	r.mu.Lock()
 	r.started = false
 	r.mu.Unlock()
+	if r.cfg.SummaryInterval > 0 {
+		// The outcomes since the last tick: the summaries of a run add up
+		// to everything it did.
+		r.logSummary()
+	}
 	if err != nil {
 		r.log.Warn(outlived+"; they were cancelled and their events released to pending unless reported left leased", attrs...)
 	}
