@@ -131,6 +131,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			if err := add(r.ReferenceMinimal(ctx)); err != nil {
 				return res, err
 			}
+			res.Notes = append(res.Notes, "reference-minimal commits durably (synchronous_commit=on), as issue 14's hand-written loop did; reference and the relay do not.")
 		} else {
 			res.Notes = append(res.Notes, fmt.Sprintf("reference-minimal did not run: it is PostgreSQL's, and this is %s.", res.DatabaseName()))
 		}
