@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/driver/drivertest"
@@ -157,7 +159,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown scenario", append(db, "drain", "sprint"), []string{`unknown scenario "sprint": use reference, drain, steady, latency or all`}},
+		{"unknown scenario", append(db, "drain", "sprint"), []string{`unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency or all`}},
 		{"bad retention", append(db, "--retention", "forever"), []string{`invalid --retention: unknown retention mode "forever": use processed, delete, archive or all`}},
 		{"bad wake", append(db, "--wake", "sometimes"), []string{`invalid --wake: unknown wake-up mode "sometimes": use poll, listen, process or all`}},
 		{"zero events", append(db, "--events", "0"), []string{"invalid --events 0: use a positive value"}},
@@ -175,6 +177,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"listen on mysql", []string{"--database-url", "mysql://nobody@127.0.0.1:1/db", "bench", "--wake", "listen", "latency"},
 			[]string{"invalid --wake: has listen, which needs PostgreSQL's LISTEN/NOTIFY: MySQL/MariaDB has none, use poll or process"}},
 		{"bad sqlite url", []string{"--database-url", "sqlite://app.db", "bench"}, []string{"invalid --database-url", "names a host"}},
+		{"reference-minimal on sqlite", []string{"--database-url", "sqlite:///nonexistent/app.db", "bench", "drain", "Reference-Minimal"},
+			[]string{"invalid scenario reference-minimal: it runs on PostgreSQL only, not on SQLite"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -443,4 +447,70 @@ func TestBenchInterruptReportsFinishedScenarios(t *testing.T) {
 	require.Len(t, res.Scenarios, 1)
 	require.Equal(t, "reference", res.Scenarios[0].Scenario)
 	require.Empty(t, schemasWithPrefix(t, prefix), "the scratch schemas are dropped")
+}
+
+// bench drain sink reference-minimal with a broker's --sink URL: the sink
+// scenario publishes through the sink the relay would open, a discard drain
+// runs beside the drain, and the drain reports its limit and its ratio to
+// it, in JSON and in text.
+func TestBenchSinkLimit(t *testing.T) {
+	t.Parallel()
+	brokers := map[string]func(t *testing.T) string{
+		"nats": func(t *testing.T) string {
+			js := natsStream(t)
+			return "nats://" + natsAddr() + "?stream=" + js.stream + "&route=" + js.prefix + ".{event_type}"
+		},
+		"redis": func(t *testing.T) string {
+			opts, err := redis.ParseURL(redisURL())
+			require.NoError(t, err)
+			rdb := redis.NewClient(opts)
+			t.Cleanup(func() { _ = rdb.Close() })
+			key := "outbox-cli-bench-" + randomName()
+			t.Cleanup(func() { _ = rdb.Del(context.Background(), key).Err() })
+			return redisURL() + "?maxlen=1000&route=" + key
+		},
+	}
+	for name, sinkURL := range brokers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			prefix := benchPrefix(t)
+			sink := sinkURL(t)
+			args := []string{"--database-url", testutil.DatabaseURL(), "bench", "--events", "300", "--batch-size", "100",
+				"--schema-prefix", prefix, "--sink", sink, "drain", "sink", "reference-minimal"}
+			res := run(t, nil, append(args, "--json")...)
+			requireBenchOK(t, res)
+			var doc struct {
+				Settings  map[string]any   `json:"settings"`
+				Scenarios []map[string]any `json:"scenarios"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+			reported, _ := doc.Settings["sink"].(string)
+			require.True(t, strings.HasPrefix(reported, name+"://") && strings.HasSuffix(reported, "?…"),
+				"the sink without the URL's options: %q", reported)
+			var got []string
+			for _, sc := range doc.Scenarios {
+				got = append(got, sc["scenario"].(string)+" "+fmt.Sprint(sc["sink"]))
+				require.EqualValues(t, 300, sc["events"], "every event delivered")
+				require.EqualValues(t, 0, sc["duplicates"])
+				require.Positive(t, sc["events_per_s"])
+			}
+			require.Equal(t, []string{"reference-minimal <nil>", "sink <nil>", "drain discard:", "drain <nil>"}, got,
+				"run order; the discard drain says so")
+			sinkRep, discard, drain := doc.Scenarios[1], doc.Scenarios[2], doc.Scenarios[3]
+			require.NotContains(t, discard, "limit_events_per_s")
+			require.Equal(t, sinkRep["events_per_s"], drain["sink_events_per_s"])
+			require.Equal(t, discard["events_per_s"], drain["discard_drain_events_per_s"])
+			limit := min(sinkRep["events_per_s"].(float64), discard["events_per_s"].(float64))
+			require.Equal(t, limit, drain["limit_events_per_s"])
+			require.InDelta(t, drain["events_per_s"].(float64)/limit, drain["ratio_to_limit"], 1e-9)
+
+			res = run(t, nil, args...)
+			requireBenchOK(t, res)
+			for _, want := range []string{"\nreference-minimal ", "\nsink ", "no database", "retention processed, sink discard:", "drain/limit",
+				"the slower of the discard: drain"} {
+				require.Contains(t, res.stdout, want)
+			}
+			require.Empty(t, schemasWithPrefix(t, prefix))
+		})
+	}
 }

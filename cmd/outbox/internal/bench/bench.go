@@ -35,6 +35,13 @@ const (
 	// ScenarioReference drains a backlog with a plain hand-written SQL
 	// loop: the yardstick that makes drain's numbers machine-independent.
 	ScenarioReference Scenario = "reference"
+	// ScenarioReferenceMinimal drains a backlog with the minimal two-write
+	// loop (claim, then mark processed) on a minimal table of its own,
+	// with durable commits: the yardstick of issue 14. PostgreSQL only.
+	ScenarioReferenceMinimal Scenario = "reference-minimal"
+	// ScenarioSink publishes the backlog's events straight through the
+	// sink with no database: the sink's own limit in this run.
+	ScenarioSink Scenario = "sink"
 	// ScenarioDrain drains a pre-filled backlog with outbox.Relay.
 	ScenarioDrain Scenario = "drain"
 	// ScenarioSteady runs writers flat out, without and then with the
@@ -46,7 +53,7 @@ const (
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []Scenario{ScenarioReference, ScenarioDrain, ScenarioSteady, ScenarioLatency}
+var Scenarios = []Scenario{ScenarioReference, ScenarioReferenceMinimal, ScenarioSink, ScenarioDrain, ScenarioSteady, ScenarioLatency}
 
 // ParseScenarios returns the scenarios named in names ("all" for every
 // one), deduplicated and in run order. No names means all.
@@ -153,10 +160,13 @@ const (
 	WritersMax     = 1000
 )
 
+// discardSinkName names the Discard sink in reports.
+const discardSinkName = "discard:"
+
 // Config configures the scenarios.
 type Config struct {
-	// Events is how many events drain and reference pre-fill. Defaults to
-	// EventsDefault.
+	// Events is how many events drain, reference and reference-minimal
+	// pre-fill, and sink publishes. Defaults to EventsDefault.
 	Events int
 	// BatchSize is the relay's and the reference loop's batch size.
 	// Defaults to BatchSizeDefault.
@@ -228,7 +238,7 @@ func (c Config) WithDefaults() Config {
 	if c.Sink == nil {
 		c.Sink = Discard{}
 		if c.SinkName == "" {
-			c.SinkName = "discard:"
+			c.SinkName = discardSinkName
 		}
 	}
 	if c.SinkName == "" {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,13 +21,17 @@ const stallTimeout = time.Minute
 // EventsPerS is Events over the time from the relay's start until the last
 // batch was marked. Its DrainStats is left for Run to fill in.
 func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report, error) {
-	return r.drain(ctx, retention, 0)
+	return r.drain(ctx, retention, 0, nil, "")
 }
 
 // drain is Drain; with keys > 0, an ordered drain (OrderingAggregate) of
-// events spread over that many aggregates, PostgreSQL only.
-func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int) (Report, error) {
-	rep := Report{Scenario: ScenarioDrain, Retention: string(retention)}
+// events spread over that many aggregates, PostgreSQL only. A non-nil sink
+// replaces Config.Sink, and sinkName names it in Report.Sink.
+func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int, sink outbox.Sink, sinkName string) (Report, error) {
+	rep := Report{Scenario: ScenarioDrain, Retention: string(retention), Sink: sinkName}
+	if sink == nil {
+		sink = r.cfg.Sink
+	}
 	ordering := outbox.OrderingNone
 	if keys > 0 {
 		rep.Ordering, rep.Keys, ordering = string(outbox.OrderingAggregate), keys, outbox.OrderingAggregate
@@ -56,7 +61,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		if err != nil {
 			return err
 		}
-		rec := newRecorder(r.cfg.Sink, r.cfg.Events)
+		rec := newRecorder(sink, r.cfg.Events)
 		progress := &drainProgress{target: int64(r.cfg.Events), done: make(chan struct{}), failed: make(chan struct{})}
 		relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 			Sink: rec, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
@@ -66,7 +71,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		if err != nil {
 			return err
 		}
-		r.progress("drain (%s): relaying %d events", retention, r.cfg.Events)
+		r.progress("drain (%s): relaying %d events to %s", retention, r.cfg.Events, cmp.Or(sinkName, r.cfg.SinkName))
 		rss := startRSS()
 		start := time.Now()
 		if err := relay.Start(ctx); err != nil {

@@ -62,19 +62,24 @@ type Report struct {
 	// schema (PostgreSQL), the database (MySQL/MariaDB) or the file's path
 	// (SQLite).
 	Schema string `json:"schema"`
+	// Sink, when set, is the sink this scenario used instead of
+	// Settings.Sink: "discard:" for the discard drain that a drain's
+	// LimitEventsPerS is taken from.
+	Sink string `json:"sink,omitempty"`
 	// Ordering is "aggregate" for an ordered drain, over Keys aggregates.
 	Ordering string `json:"ordering,omitempty"`
 	Keys     int    `json:"keys,omitempty"`
 	// Wake is the wake-up mode (steady and latency).
 	Wake Wake `json:"wake,omitempty"`
-	// Events is how many events the scenario delivered (drain, reference)
-	// or committed while the relay ran (steady, latency).
+	// Events is how many events the scenario delivered (drain, reference,
+	// reference-minimal, sink) or committed while the relay ran (steady,
+	// latency).
 	Events int64 `json:"events"`
 	// Seconds is the measured wall time.
 	Seconds float64 `json:"seconds"`
 	// EventsPerS is the scenario's headline rate: delivered per second for
-	// drain, reference and steady (the relay's rate), committed per second
-	// for latency (the writers' achieved rate).
+	// drain, reference, reference-minimal, sink and steady (the relay's
+	// rate), committed per second for latency (the writers' achieved rate).
 	EventsPerS float64 `json:"events_per_s"`
 	// Duplicates counts deliveries of an event that had been delivered
 	// already (at-least-once allows them; a healthy run has none).
@@ -101,6 +106,20 @@ type DrainStats struct {
 	// RatioToUnordered, for an ordered drain, is EventsPerS over the
 	// unordered drain's in the same run and retention mode.
 	RatioToUnordered float64 `json:"ratio_to_unordered,omitempty"`
+	// LimitEventsPerS, for a drain to a sink other than discard run with
+	// the sink scenario, is the slower of the discard drain (the database
+	// side: the relay with a sink that costs nothing) and the sink scenario
+	// (the broker side: the sink with no database), both from the same run
+	// and, for the discard drain, the same retention mode. A relay that
+	// overlapped claiming and publishing perfectly would drain at this
+	// rate. Absent otherwise.
+	LimitEventsPerS float64 `json:"limit_events_per_s,omitempty"`
+	// DiscardDrainEventsPerS and SinkEventsPerS are the two rates
+	// LimitEventsPerS is the smaller of.
+	DiscardDrainEventsPerS float64 `json:"discard_drain_events_per_s,omitempty"`
+	SinkEventsPerS         float64 `json:"sink_events_per_s,omitempty"`
+	// RatioToLimit is EventsPerS / LimitEventsPerS.
+	RatioToLimit float64 `json:"ratio_to_limit,omitempty"`
 }
 
 // SteadyStats is what the relay costs writers running flat out.

@@ -98,16 +98,21 @@ func (r *Runner) Close() { r.st.close() }
 // Config returns the configuration with defaults filled in.
 func (r *Runner) Config() Config { return r.cfg }
 
-// Run runs scenarios: reference and drain once per retention mode (each
-// drain report carries the reference run just before it, in the same mode),
-// then steady and latency once per wake-up mode in the first retention mode.
-// Drain always runs its reference, also when the reference scenario itself
-// is not asked for. On error it returns the reports finished so far.
+// Run runs scenarios: reference-minimal and sink once, then reference and
+// drain once per retention mode (each drain report carries the reference
+// run just before it, in the same mode), then steady and latency once per
+// wake-up mode in the first retention mode. Drain always runs its
+// reference, also when the reference scenario itself is not asked for.
+// When drain and sink run together with a sink other than Discard, each
+// unordered drain also runs as a discard drain just before it (a report
+// with Sink "discard:"), and the drain's report carries LimitEventsPerS and
+// RatioToLimit. reference-minimal is PostgreSQL's: elsewhere Run leaves it
+// out with a note. On error it returns the reports finished so far.
 func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) {
 	res := Result{Settings: r.settings(), Database: r.info.kind, Server: r.info.server, Autovacuum: r.info.autovacuum,
 		CPUs: runtime.NumCPU(), Notes: []string{
 			"The relay, the reference loop and the writers run in the bench process; rss_peak_bytes is that process's resident memory.",
-			"Compare ratios taken in one run (ratio_to_reference, writer_tps_ratio); absolute rates drift between runs and machines.",
+			"Compare ratios taken in one run (ratio_to_reference, ratio_to_limit, writer_tps_ratio); absolute rates drift between runs and machines.",
 		}}
 	res.Notes = append(res.Notes, r.info.notes...)
 	want := map[Scenario]bool{}
@@ -121,6 +126,27 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 		res.Scenarios = append(res.Scenarios, rep)
 		return nil
 	}
+	if want[ScenarioReferenceMinimal] {
+		if _, ok := r.st.(*pgStore); ok {
+			if err := add(r.ReferenceMinimal(ctx)); err != nil {
+				return res, err
+			}
+			res.Notes = append(res.Notes, "reference-minimal commits durably (synchronous_commit=on), as issue 14's hand-written loop did; reference and the relay do not.")
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("reference-minimal did not run: it is PostgreSQL's, and this is %s.", res.DatabaseName()))
+		}
+	}
+	var sinkRate float64
+	if want[ScenarioSink] {
+		rep, err := r.Sink(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Scenarios = append(res.Scenarios, rep)
+		sinkRate = rep.EventsPerS
+	}
+	_, discarding := r.cfg.Sink.(Discard)
+	withLimit := want[ScenarioSink] && want[ScenarioDrain] && !discarding
 	if want[ScenarioReference] || want[ScenarioDrain] {
 		for _, mode := range r.cfg.Retentions {
 			ref, err := r.Reference(ctx, mode)
@@ -133,14 +159,29 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			if !want[ScenarioDrain] {
 				continue
 			}
+			var discardRate float64
+			if withLimit {
+				dd, err := r.drain(ctx, mode, 0, Discard{}, discardSinkName)
+				if err != nil {
+					return res, err
+				}
+				dd.DrainStats = &DrainStats{ReferenceEventsPerS: ref.EventsPerS, RatioToReference: ratio(dd.EventsPerS, ref.EventsPerS)}
+				res.Scenarios = append(res.Scenarios, dd)
+				discardRate = dd.EventsPerS
+			}
 			d, err := r.Drain(ctx, mode)
 			if err != nil {
 				return res, err
 			}
 			d.DrainStats = &DrainStats{ReferenceEventsPerS: ref.EventsPerS, RatioToReference: ratio(d.EventsPerS, ref.EventsPerS)}
+			if withLimit {
+				limit := min(discardRate, sinkRate)
+				d.LimitEventsPerS, d.DiscardDrainEventsPerS, d.SinkEventsPerS = limit, discardRate, sinkRate
+				d.RatioToLimit = ratio(d.EventsPerS, limit)
+			}
 			res.Scenarios = append(res.Scenarios, d)
 			for _, keys := range r.cfg.OrderedKeys {
-				o, err := r.drain(ctx, mode, keys)
+				o, err := r.drain(ctx, mode, keys, nil, "")
 				if err != nil {
 					return res, err
 				}

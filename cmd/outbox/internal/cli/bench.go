@@ -40,7 +40,7 @@ func (a *app) benchCommand() *cobra.Command {
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [drain|steady|latency|reference|all]...",
+		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|all]...",
 		Short: "Measure the relay and what the outbox costs on this database",
 		Long: `bench measures the outbox on the database --database-url names: PostgreSQL,
 SQLite or MySQL/MariaDB. Each scenario runs in scratch space of its own, named
@@ -58,8 +58,19 @@ Scenarios (default: all):
   reference  drain a pre-filled backlog of --events with a plain hand-written
              SQL loop (claim a batch with SKIP LOCKED, or BEGIN IMMEDIATE on
              SQLite; mark it in one statement)
+  reference-minimal
+             the minimal two-write loop (claim with a lease, then mark
+             processed; durable commits) on a minimal table of its own:
+             the yardstick for the relay's writes (PostgreSQL only; left
+             out with a note elsewhere)
+  sink       publish --events events straight through --sink, batch by
+             batch from --workers loops, with no database: the sink's own
+             limit (with discard:, the bench harness's)
   drain      drain the same backlog with the outbox relay; every drain report
-             shows relay/reference from a reference run in the same mode
+             shows relay/reference from a reference run in the same mode;
+             with sink and a --sink other than discard:, a discard: drain
+             runs first and the drain shows drain/limit, the limit being
+             the slower of that discard: drain and sink
   steady     --writers write flat out for --duration with the relay, and for
              half of it before and after without: the relay's cost to
              writers, and whether the backlog grows
@@ -79,7 +90,7 @@ machines: compare the ratios taken in one run. Results go to stdout, as a
 table or with --json as one JSON document; a line per phase goes to stderr.
 Interrupted (Ctrl-C, SIGTERM), it drops its scratch schemas, reports the
 scenarios that finished and exits 130.`,
-		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
+		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench drain sink --sink nats://127.0.0.1:4222\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
 			"  outbox bench --database-url sqlite:///var/lib/app/app.db drain latency\n" +
 			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency",
 		Args: func(_ *cobra.Command, args []string) error {
@@ -88,7 +99,7 @@ scenarios that finished and exits 130.`,
 			}
 			return nil
 		},
-		ValidArgs: []string{"drain", "steady", "latency", "reference", "all"},
+		ValidArgs: []string{"drain", "sink", "steady", "latency", "reference", "reference-minimal", "all"},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			scenarios, err := bench.ParseScenarios(args)
 			if err != nil {
@@ -116,6 +127,11 @@ scenarios that finished and exits 130.`,
 			db, _, err := a.parseDatabase()
 			if err != nil {
 				return err
+			}
+			if db.Kind != dburl.KindPostgres && slices.ContainsFunc(args, func(a string) bool {
+				return bench.Scenario(strings.ToLower(strings.TrimSpace(a))) == bench.ScenarioReferenceMinimal
+			}) {
+				return usagef("invalid scenario reference-minimal: it runs on PostgreSQL only, not on %s", dbKindName(db.Kind))
 			}
 			if wake == "all" && db.Kind != dburl.KindPostgres {
 				// All the modes this database has: LISTEN is PostgreSQL's.
@@ -170,9 +186,9 @@ scenarios that finished and exits 130.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain and reference")
+	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain, reference and reference-minimal, and published by sink")
 	f.IntVar(&cfg.BatchSize, "batch-size", bench.BatchSizeDefault, "most events claimed and published at once")
-	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loop")
+	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loops, publishing loops of sink")
 	f.IntVar(&cfg.Writers, "writers", bench.WritersDefault, "writer goroutines in steady and latency")
 	f.IntVar(&cfg.PayloadSize, "payload-size", bench.PayloadSizeDefault, "bytes of JSON payload per event")
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long latency writes, and steady with the relay (steady also writes without it, half as long before and half after)")
@@ -227,6 +243,17 @@ func knownSinkScheme(scheme string) bool {
 	return false
 }
 
+// dbKindName names a database kind as people write it.
+func dbKindName(k dburl.Kind) string {
+	switch k {
+	case dburl.KindPostgres:
+		return "PostgreSQL"
+	case dburl.KindSQLite:
+		return "SQLite"
+	}
+	return "MySQL/MariaDB"
+}
+
 // benchConfigError names the flag behind an invalid bench.Config field;
 // any other error is returned as it is.
 func benchConfigError(err error) error {
@@ -247,7 +274,15 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		res.DatabaseName(), res.Server, res.CPUs, s.BatchSize, s.Workers, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
 	t := newTable(w, 2)
 	for _, r := range res.Scenarios {
-		title := string(r.Scenario) + "\tretention " + r.Retention
+		title := string(r.Scenario)
+		if r.Scenario == bench.ScenarioSink {
+			title += "\tno database"
+		} else {
+			title += "\tretention " + r.Retention
+		}
+		if r.Sink != "" {
+			title += ", sink " + r.Sink
+		}
 		if r.Wake != "" {
 			title += ", wake " + string(r.Wake)
 		}
@@ -277,12 +312,18 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 				if r.RatioToUnordered > 0 {
 					t.row("  ordered/unordered\t%.2f×\n", r.RatioToUnordered)
 				}
+				if r.LimitEventsPerS > 0 {
+					t.row("  drain/limit\t%.2f× (limit %s events/s: the slower of the discard: drain %s and sink %s)\n", r.RatioToLimit,
+						thousands(r.LimitEventsPerS), thousands(r.DiscardDrainEventsPerS), thousands(r.SinkEventsPerS))
+				}
 			}
 		}
 		if r.Duplicates > 0 {
 			t.row("  duplicates\t%d\n", r.Duplicates)
 		}
-		writeTableSizes(t, res.Database, r)
+		if r.Scenario != bench.ScenarioSink {
+			writeTableSizes(t, res.Database, r)
+		}
 		t.row("  peak RSS\t%s\n", bytesize(r.RSSPeakBytes))
 	}
 	if err := t.flush(); err != nil {
