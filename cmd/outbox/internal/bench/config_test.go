@@ -14,7 +14,7 @@ import (
 
 func TestParseScenarios(t *testing.T) {
 	t.Parallel()
-	all := []bench.Scenario{bench.ScenarioReference, bench.ScenarioDrain, bench.ScenarioSteady, bench.ScenarioLatency}
+	all := []bench.Scenario{bench.ScenarioReference, bench.ScenarioReferenceMinimal, bench.ScenarioSink, bench.ScenarioDrain, bench.ScenarioSteady, bench.ScenarioLatency}
 	tests := []struct {
 		in   []string
 		want []bench.Scenario
@@ -24,7 +24,7 @@ func TestParseScenarios(t *testing.T) {
 		{in: []string{"all"}, want: all},
 		{in: []string{"latency", "drain", "drain"}, want: []bench.Scenario{bench.ScenarioDrain, bench.ScenarioLatency}},
 		{in: []string{"Reference"}, want: []bench.Scenario{bench.ScenarioReference}},
-		{in: []string{"drain", "sprint"}, err: `unknown scenario "sprint": use reference, drain, steady, latency or all`},
+		{in: []string{"drain", "sprint"}, err: `unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency or all`},
 	}
 	for _, tt := range tests {
 		got, err := bench.ParseScenarios(tt.in)
