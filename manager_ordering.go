@@ -2,14 +2,13 @@ package outbox
 
 import (
 	"context"
-	"errors"
 
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
 // ErrOrderingUnsupported is returned by what needs per-aggregate ordering on
-// a database that does not support it yet (SQLite, MySQL/MariaDB).
-var ErrOrderingUnsupported = errors.New("per-aggregate ordering is supported on PostgreSQL only for now")
+// a database that does not support it yet (MySQL/MariaDB).
+var ErrOrderingUnsupported = driver.ErrOrderingUnsupported
 
 // BlockedAggregate is an aggregate whose later events wait, in ordered
 // mode, behind its first unfinished event, which failed: dead-lettered,
@@ -40,7 +39,7 @@ type BlockedAggregates struct {
 // them. On a database without ordering it returns ErrOrderingUnsupported.
 func (m *Manager) BlockedAggregates(ctx context.Context, p OrderedFailure, limit int) (BlockedAggregates, error) {
 	oc, ok := m.drv.(driver.OrderedClaimer)
-	if !ok {
+	if !ok || oc.OrderingSupported() != nil {
 		return BlockedAggregates{}, ErrOrderingUnsupported
 	}
 	if _, err := ParseOrderedFailure(string(p)); err != nil {
