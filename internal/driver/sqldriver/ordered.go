@@ -19,19 +19,27 @@ var _ driver.OrderedClaimer = (*Driver)(nil)
 // MySQL/MariaDB is not: AUTO_INCREMENT hands out IDs at insert time and
 // concurrent transactions commit in any order, so an event with a lower ID
 // may become visible after one with a higher ID of the same key was read,
-// and even sent. Reading below a horizon as PostgreSQL does needs the
-// oldest running transaction that may still write to the table, and InnoDB
-// exposes only information_schema.innodb_trx, whose trx_started and
-// trx_id say nothing about which IDs a transaction took. The design it
-// would take: a per-key sequence row (a table of keys) that the writer
-// locks and increments in its transaction (SELECT … FOR UPDATE on the key,
-// then the event takes key_seq + 1): the row lock serializes the writers of
-// one key, so their events commit in key_seq order, and the claim orders a
-// key's events by key_seq and takes a key's next event only when its
-// key_seq follows the last one finished with no gap, or when no writer
-// holds the key's row (checked with SKIP LOCKED). That changes the
-// writer's INSERT, which applications writing plain SQL depend on, so it
-// is not done yet: ordered mode refuses MySQL/MariaDB.
+// and even sent; and, unlike PostgreSQL's snapshot xmin, InnoDB exposes no
+// horizon below which every writer has ended (information_schema.innodb_trx
+// says nothing about which IDs a running transaction took). Ordering by ID
+// there would lose or reorder events, so ordered mode refuses it.
+//
+// The design it would take: a per-key sequence. A keys table
+// (aggregate_type, aggregate_id, seq) and a BEFORE INSERT trigger on
+// outbox_events that runs INSERT … ON DUPLICATE KEY UPDATE seq =
+// LAST_INSERT_ID(seq + 1) on the key's row and sets NEW.key_seq =
+// LAST_INSERT_ID(), so writers in any language keep their plain INSERT. The
+// upsert takes the key row's lock until the writer's transaction ends, so:
+// (1) a later writer of the key waits for the earlier one to commit or roll
+// back before it gets its number, hence a key's events commit in key_seq
+// order; (2) a rollback undoes its increment with the rest, hence key_seq
+// is dense per key: no gaps. The claim then takes, per key, the unfinished
+// event with the lowest key_seq and its due successors, exactly as here with
+// key_seq in place of id, and can never see event n+1 of a key before event
+// n is committed. The cost is a lock per key in the writer's transaction
+// (writers of one aggregate serialize, which the application usually does
+// anyway on the aggregate's own row) and a trigger, so it waits for a
+// measured migration rather than going in untested.
 type CommitOrderedIDs interface {
 	// IDsInCommitOrder is a marker.
 	IDsInCommitOrder()
@@ -163,22 +171,25 @@ func (d *Driver) followers(ctx context.Context, tx Tx, heads []driver.Event, p d
 		return nil, nil
 	}
 	per := max(p.BatchSize/len(heads), 1)
-	// The bound: the ID of the head's per-th follower (the index read
-	// backwards from nothing but the key and the head), or no bound when the
-	// key has fewer; then the followers up to it, from the same index.
+	// The bound: the ID of the head's per-th follower, or the largest ID
+	// when the key has fewer, one probe of outbox_events_key_order_idx per
+	// head; then the followers up to it, a range of the same index. The
+	// heads are materialized so that the bound is computed once per head,
+	// not once per follower, and bounds the range scan from above.
 	args := append([]any{per - 1}, int64Args(keyed)...)
-	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns("o.")+`, h.id,
-    (o.status = 'pending' AND o.available_at <= `+d.d.Now()+` AND o.lease_expiries = 0)
-FROM (
-    SELECT h.id, h.aggregate_type, h.aggregate_id, (
+	rows, err := tx.QueryContext(ctx, `WITH h AS MATERIALIZED (
+    SELECT h.id, h.aggregate_type, h.aggregate_id, coalesce((
         SELECT b.id FROM `+d.table+` b
         WHERE `+keyMatch("b", "h")+` AND `+unfinished("b", p.Skip)+` AND b.id > h.id
-        ORDER BY b.id LIMIT 1 OFFSET ?) AS bound
+        ORDER BY b.id LIMIT 1 OFFSET ?), 9223372036854775807) AS bound
     FROM `+d.table+` h
     WHERE h.id IN (`+placeholders(len(keyed))+`)
-) h
+)
+SELECT `+eventColumns("o.")+`, h.id,
+    (o.status = 'pending' AND o.available_at <= `+d.d.Now()+` AND o.lease_expiries = 0)
+FROM h
 JOIN `+d.table+` o ON `+keyMatch("o", "h")+` AND `+unfinished("o", p.Skip)+`
-    AND o.id > h.id AND (h.bound IS NULL OR o.id <= h.bound)
+    AND o.id > h.id AND o.id <= h.bound
 ORDER BY h.id, o.id`, args...)
 	if err != nil {
 		return nil, err
