@@ -17,7 +17,8 @@ type BlockedAggregate struct {
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
 	// HeadID is the event holding the others back; retry it (outbox events
-	// retry) once its cause is fixed, or discard it while it is pending.
+	// retry) once its cause is fixed, or discard it (outbox events discard)
+	// to let the aggregate go on without it.
 	HeadID int64 `json:"head_id"`
 	// HeadStatus is failed (dead-lettered) or pending (waiting for a retry).
 	HeadStatus string `json:"head_status"`

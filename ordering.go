@@ -46,7 +46,7 @@ type OrderedFailure string
 const (
 	// OrderedFailureBlock keeps the later events pending, unsent, until an
 	// operator retries the dead event (outbox events retry), discards it
-	// while it is pending, or deletes it: order is never broken. The
+	// (outbox events discard), or deletes it: order is never broken. The
 	// default.
 	OrderedFailureBlock OrderedFailure = "block"
 	// OrderedFailureSkip lets the later events go on once the first is
