@@ -146,9 +146,11 @@ func (m *Manager) requeueMatching(ctx context.Context, f EventFilter, progress P
 
 // Discard dead-letters pending events: they move to failed with reason as
 // their last error, and the relay no longer publishes them (Retry sends them
-// back). It returns the IDs it changed; events that are missing or not
-// pending are left alone, processing ones included, since a relay is
-// publishing them.
+// back). A failed event not yet discarded is marked discarded the same way:
+// the slow dead-letter retry passes it over, and in ordered mode it no
+// longer holds back its aggregate's later events. It returns the IDs it
+// changed; events that are missing, processed, processing (a relay is
+// publishing them) or already discarded are left alone.
 func (m *Manager) Discard(ctx context.Context, reason string, ids ...int64) ([]int64, error) {
 	if reason == "" {
 		return nil, &ConfigError{Field: "reason", Err: errors.New("is empty: say why the events are discarded")}

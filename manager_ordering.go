@@ -2,14 +2,13 @@ package outbox
 
 import (
 	"context"
-	"errors"
 
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
 // ErrOrderingUnsupported is returned by what needs per-aggregate ordering on
-// a database that does not support it yet (SQLite, MySQL/MariaDB).
-var ErrOrderingUnsupported = errors.New("per-aggregate ordering is supported on PostgreSQL only for now")
+// a database that does not support it yet (MySQL/MariaDB).
+var ErrOrderingUnsupported = driver.ErrOrderingUnsupported
 
 // BlockedAggregate is an aggregate whose later events wait, in ordered
 // mode, behind its first unfinished event, which failed: dead-lettered,
@@ -18,7 +17,8 @@ type BlockedAggregate struct {
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
 	// HeadID is the event holding the others back; retry it (outbox events
-	// retry) once its cause is fixed, or discard it while it is pending.
+	// retry) once its cause is fixed, or discard it (outbox events discard)
+	// to let the aggregate go on without it.
 	HeadID int64 `json:"head_id"`
 	// HeadStatus is failed (dead-lettered) or pending (waiting for a retry).
 	HeadStatus string `json:"head_status"`
@@ -40,7 +40,7 @@ type BlockedAggregates struct {
 // them. On a database without ordering it returns ErrOrderingUnsupported.
 func (m *Manager) BlockedAggregates(ctx context.Context, p OrderedFailure, limit int) (BlockedAggregates, error) {
 	oc, ok := m.drv.(driver.OrderedClaimer)
-	if !ok {
+	if !ok || oc.OrderingSupported() != nil {
 		return BlockedAggregates{}, ErrOrderingUnsupported
 	}
 	if _, err := ParseOrderedFailure(string(p)); err != nil {

@@ -23,7 +23,8 @@ const (
 	// follow the order the events were written in (see the README,
 	// "Guarantees"), across any number of relays and workers, crashes,
 	// lease expiries and retries. Events without an aggregate ID are not
-	// ordered. PostgreSQL only for now (schema migration 7).
+	// ordered. PostgreSQL and SQLite for now (schema migration 7), not
+	// MySQL/MariaDB.
 	OrderingAggregate Ordering = "aggregate"
 )
 
@@ -45,7 +46,7 @@ type OrderedFailure string
 const (
 	// OrderedFailureBlock keeps the later events pending, unsent, until an
 	// operator retries the dead event (outbox events retry), discards it
-	// while it is pending, or deletes it: order is never broken. The
+	// (outbox events discard), or deletes it: order is never broken. The
 	// default.
 	OrderedFailureBlock OrderedFailure = "block"
 	// OrderedFailureSkip lets the later events go on once the first is
@@ -95,8 +96,8 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 	if !r.ordered() {
 		return nil
 	}
-	if _, ok := r.drv.(driver.OrderedClaimer); !ok {
-		return fmt.Errorf("outbox: relay: ordering %q is supported on PostgreSQL only for now; use ordering none on this database", OrderingAggregate)
+	if oc, ok := r.drv.(driver.OrderedClaimer); !ok || oc.OrderingSupported() != nil {
+		return fmt.Errorf("outbox: relay: ordering %q is supported on PostgreSQL and SQLite only for now; use ordering none on this database", OrderingAggregate)
 	}
 	v, err := r.drv.SchemaVersion(ctx)
 	if err != nil {

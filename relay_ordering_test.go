@@ -129,8 +129,11 @@ func TestRelayOrderedHeadOfLineBlock(t *testing.T) {
 	cfg.RelayID = "r2"
 	b.start(t, cfg)
 
+	// Processing must be 0 too: the stuck key's later events may have been
+	// claimed in the head's batch, and go back to pending, unsent, just
+	// after the head is marked dead.
 	b.waitStats(t, "the other keys delivered, the stuck head dead", func(s outbox.Stats) bool {
-		return s.Processed == keys*rounds-(rounds-2) && s.Failed == 1
+		return s.Processed == keys*rounds-(rounds-2) && s.Failed == 1 && s.Processing == 0
 	})
 	s := b.stats(t)
 	require.EqualValues(t, rounds-3, s.Pending, "the stuck key's later events wait")
@@ -158,6 +161,38 @@ func TestRelayOrderedHeadOfLineBlock(t *testing.T) {
 	require.Equal(t, keys*rounds, n)
 	require.Equal(t, want, acks, "per key, first acknowledgements in commit order")
 	require.Zero(t, sink.unordered, "every publish asked for key order")
+}
+
+// Block, then discard: an operator who discards the dead head (instead of
+// retrying it) lets the key's later events go on, in order, without it.
+func TestRelayOrderedDiscardDeadHead(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	const keys, rounds = 10, 5
+	want := b.writeKeys(t, keys, rounds)
+	stuck := want["k3"][1]
+	sink := &orderSink{}
+	sink.setFail(func(e outbox.Event) error {
+		if e.ID == stuck {
+			return outbox.Permanent(errors.New("refused"))
+		}
+		return nil
+	})
+	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, BatchSize: 8, PollInterval: 10 * time.Millisecond})
+	b.waitStats(t, "the other keys delivered, the stuck head dead", func(s outbox.Stats) bool {
+		return s.Processed == keys*rounds-(rounds-1) && s.Failed == 1
+	})
+	changed, err := b.mgr.Discard(b.ctx, "operator gave up", stuck)
+	require.NoError(t, err)
+	require.Equal(t, []int64{stuck}, changed, "a dead-lettered head can be discarded")
+	b.waitStats(t, "the stuck key delivered without its head", func(s outbox.Stats) bool { return s.Processed == keys*rounds-1 })
+	acks, _ := sink.firstAcks()
+	want["k3"] = append(want["k3"][:1:1], want["k3"][2:]...)
+	require.Equal(t, want, acks, "per key, first acknowledgements in commit order, the discarded event left out")
+	e, err := b.mgr.Event(b.ctx, stuck)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusFailed, e.Status)
+	require.Equal(t, "operator gave up", e.LastError)
 }
 
 // Skip: once the head is dead-lettered the key's later events go on.

@@ -34,6 +34,7 @@ func (h *Handler) routes() {
 	get("/api/events", h.searchEvents)
 	get("/api/events/{id}", h.event)
 	get("/api/relays", h.relays)
+	get("/api/blocked-aggregates", h.blockedAggregates)
 	get("/api/health", h.health)
 	post("/api/events/retry", h.retry)
 	post("/api/events/replay", h.replay)
@@ -294,6 +295,57 @@ func (h *Handler) relays(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, NewRelaysJSON(relays))
+}
+
+// BlockedAggregatesJSON is GET /api/blocked-aggregates: the aggregates
+// whose ordered delivery (relay --ordering aggregate) waits behind a failed
+// first event, the head, as Manager.BlockedAggregates finds them. Supported
+// is false on a database without ordering (MySQL/MariaDB), with nothing
+// listed.
+type BlockedAggregatesJSON struct {
+	Supported bool `json:"supported"`
+	// Policy is the failure policy the list is for: block (the default)
+	// or skip (only heads still being retried hold their key).
+	Policy string `json:"policy"`
+	outbox.BlockedAggregates
+}
+
+// blockedLimitDefault is how many blocked aggregates the API lists unless
+// asked for another number.
+const blockedLimitDefault = 50
+
+func (h *Handler) blockedAggregates(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := intParam(q, "limit", 1, 1000)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if limit == 0 {
+		limit = blockedLimitDefault
+	}
+	policy := outbox.OrderedFailureBlock
+	if p := q.Get("policy"); p != "" {
+		if policy, err = outbox.ParseOrderedFailure(p); err != nil {
+			h.fail(w, r, badParamf("invalid policy %q: use block or skip", p))
+			return
+		}
+	}
+	ctx, cancel := h.dbContext(r)
+	defer cancel()
+	out := BlockedAggregatesJSON{Supported: true, Policy: string(policy)}
+	out.BlockedAggregates, err = h.cfg.Manager.BlockedAggregates(ctx, policy, int(limit))
+	switch {
+	case errors.Is(err, outbox.ErrOrderingUnsupported):
+		out.Supported = false
+	case err != nil:
+		h.fail(w, r, err)
+		return
+	}
+	if out.Aggregates == nil {
+		out.Aggregates = []outbox.BlockedAggregate{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ActionJSON is the body of retry, replay and discard: either IDs or a

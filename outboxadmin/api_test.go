@@ -217,8 +217,8 @@ func TestDiscard(t *testing.T) {
 	b.exec(t, `UPDATE {table} SET status = 'processing', locked_by = 'relay-1', locked_until = now() + interval '1 minute' WHERE id = $1`, ids[1])
 
 	var res outboxadmin.ActionResultJSON
-	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[6], ids[1], ids[4]}, "reason": "  poison message  "}, &res)
-	require.Equal(t, outboxadmin.ActionResultJSON{Count: 1, Changed: []int64{ids[6]}, Unchanged: []int64{ids[1], ids[4]}}, res)
+	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[6], ids[1], ids[0]}, "reason": "  poison message  "}, &res)
+	require.Equal(t, outboxadmin.ActionResultJSON{Count: 1, Changed: []int64{ids[6]}, Unchanged: []int64{ids[0], ids[1]}}, res)
 	e := b.event(t, ids[6])
 	require.Equal(t, outbox.StatusFailed, e.Status)
 	require.Equal(t, "discarded by anonymous: poison message", e.LastError)
@@ -226,6 +226,15 @@ func TestDiscard(t *testing.T) {
 	require.Equal(t, outbox.StatusProcessing, b.event(t, ids[1]).Status, "a relay is publishing it")
 	require.Contains(t, b.logs.String(), `action=discard`)
 	require.Contains(t, b.logs.String(), `reason="poison message"`)
+
+	// A dead-lettered event is discarded once (it then no longer holds
+	// back an ordered aggregate); a discarded one is left as it is.
+	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[4]}, "reason": "dead head"}, &res)
+	require.Equal(t, []int64{ids[4]}, res.Changed)
+	require.Equal(t, "discarded by anonymous: dead head", b.event(t, ids[4]).LastError)
+	var again outboxadmin.ActionResultJSON
+	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[4], ids[6]}, "reason": "again"}, &again)
+	require.Equal(t, outboxadmin.ActionResultJSON{Unchanged: []int64{ids[4], ids[6]}}, again)
 
 	// A NUL in the reason is stored cleaned, not refused by the database.
 	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[2]}, "reason": "bad\u0000byte"}, &res)
@@ -465,5 +474,37 @@ func TestPagesAndAssets(t *testing.T) {
 		for _, ref := range []string{"http://", "https://", "//cdn"} {
 			require.NotContains(t, strings.ReplaceAll(body, "http://www.w3.org/2000/svg", ""), ref, asset)
 		}
+	}
+}
+
+// GET /api/blocked-aggregates lists the aggregates held behind a failed
+// first event, for the block policy or the skip one; discarding the head
+// releases the aggregate.
+func TestBlockedAggregates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t) // A-3: ids[4] and ids[5] failed
+
+	var res outboxadmin.BlockedAggregatesJSON
+	b.getJSON(t, "/api/blocked-aggregates", &res)
+	require.Equal(t, outboxadmin.BlockedAggregatesJSON{Supported: true, Policy: "block", BlockedAggregates: outbox.BlockedAggregates{
+		Total: 1, Aggregates: []outbox.BlockedAggregate{{AggregateType: "order", AggregateID: "A-3", HeadID: ids[4], HeadStatus: "failed", Waiting: 1}}}}, res)
+
+	b.getJSON(t, "/api/blocked-aggregates?policy=skip&limit=5", &res)
+	require.Equal(t, outboxadmin.BlockedAggregatesJSON{Supported: true, Policy: "skip",
+		BlockedAggregates: outbox.BlockedAggregates{Aggregates: []outbox.BlockedAggregate{}}}, res)
+
+	var act outboxadmin.ActionResultJSON
+	b.postJSON(t, "/api/events/discard", map[string]any{"ids": []int64{ids[4]}, "reason": "dead head"}, &act)
+	b.getJSON(t, "/api/blocked-aggregates", &res)
+	require.Zero(t, res.Total, "the discarded head holds nothing back")
+
+	for q, want := range map[string]string{
+		"policy=sideways": `invalid policy "sideways": use block or skip`,
+		"limit=0":         `invalid limit "0": use a whole number from 1 to 1000`,
+	} {
+		r := b.get(t, "/api/blocked-aggregates?"+q)
+		require.Equal(t, http.StatusBadRequest, r.code, q)
+		require.Equal(t, want, r.errorText(t), q)
 	}
 }

@@ -321,6 +321,26 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	br.waitJS("the stuck event's fields", `!!document.querySelector('#fields')`)
 	require.Contains(t, br.text("#fields"), "3 of the relay's default (2 ended in a lease expiry: publishing it may crash or stall the relay)")
 
+	// A blocked aggregate (its head dead-lettered, a later event waiting)
+	// shows on the Blocked aggregates tab; discarding the head releases it.
+	// Both events are due in an hour, so the test's unordered relay leaves
+	// them alone.
+	blocked := b.write(t,
+		outbox.Message{EventType: "invoice.sent", AggregateType: "invoice", AggregateID: "I-7", Payload: 1, Delay: time.Hour},
+		outbox.Message{EventType: "invoice.paid", AggregateType: "invoice", AggregateID: "I-7", Payload: 2, Delay: time.Hour})
+	b.exec(t, `UPDATE {table} SET status = 'failed', attempts = 5, last_error = 'HTTP 500' WHERE id = $1`, blocked[0])
+	br.do("open the blocked tab", chromedp.Navigate(base+"#/failed?tab=blocked"))
+	head := fmt.Sprintf(`button[data-action="discard"][data-id="%d"]`, blocked[0])
+	br.waitJS("the blocked aggregate", `!!document.querySelector('`+head+`') && !!document.querySelector('button[data-action="retry"][data-id="`+fmt.Sprint(blocked[0])+`"]')`)
+	require.Contains(t, br.text("main"), "invoice/I-7")
+	br.click(head)
+	br.waitJS("the reason dialog", `document.querySelector('#dialog').open`)
+	br.do("give a reason", chromedp.SendKeys(chromedp.CSS("#dialog-input"), "duplicate invoice"), chromedp.Click(chromedp.CSS("#dialog-ok")))
+	br.waitJS("the discard toast", `document.querySelector('#toast').textContent === 'Discarded 1 event'`)
+	br.waitJS("no blocked aggregate", `document.querySelector('main').textContent.includes('No aggregate is blocked.')`)
+	require.Equal(t, "discarded by anonymous: duplicate invoice", b.event(t, blocked[0]).LastError)
+	b.exec(t, `DELETE FROM {table} WHERE id = ANY($1)`, blocked) // the overview's counts below leave them out
+
 	// Back on the overview the charts show the flow.
 	br.do("open the overview", chromedp.Navigate(base+"#/"))
 	br.waitJS("published events in the throughput chart", `[...document.querySelectorAll('#chart-throughput polyline')].length >= 2 &&

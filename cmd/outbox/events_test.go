@@ -229,18 +229,26 @@ func TestEventsDiscard(t *testing.T) {
 
 	res := outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(ids[0]), "--reason", "customer deleted")
 	requireOK(t, res)
-	require.Equal(t, fmt.Sprintf("event %d: discarded (pending -> failed)\n", ids[0]), res.stdout)
+	require.Equal(t, fmt.Sprintf("event %d: discarded (pending or failed -> failed)\n", ids[0]), res.stdout)
 	e := b.event(t, ids[0])
 	require.Equal(t, outbox.StatusFailed, e.Status)
 	require.Regexp(t, `^discarded with outbox events discard by \S+: customer deleted$`, e.LastError)
 
 	res = outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(ids[1]), fmt.Sprint(ids[2]), "--reason", "x")
 	requireFail(t, res, 1, "1 of 2 events not discarded")
-	require.Contains(t, res.stdout, fmt.Sprintf("event %d: not discarded: its status is processed, not pending", ids[2]))
+	require.Contains(t, res.stdout, fmt.Sprintf("event %d: not discarded: its status is processed, not pending or failed", ids[2]))
 	require.Equal(t, outbox.StatusFailed, b.event(t, ids[1]).Status)
 
 	requireFail(t, outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(ids[1])), 2, "missing --reason: say why the events are discarded")
-	requireFail(t, outboxCmd(t, b.schema, "events", "discard", "--reason", "x"), 2, "pass the IDs of the pending events to discard")
+	requireFail(t, outboxCmd(t, b.schema, "events", "discard", "--reason", "x"), 2, "pass the IDs of the pending or failed events to discard")
+
+	// A dead-lettered event can be discarded too (so that it stops holding
+	// back an ordered aggregate), once.
+	dead := b.writeN(t, 1)
+	b.exec(t, `UPDATE {table} SET status = 'failed', attempts = 5, last_error = 'HTTP 500' WHERE id = $1`, dead[0])
+	requireOK(t, outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(dead[0]), "--reason", "dead head"))
+	require.Regexp(t, `: dead head$`, b.event(t, dead[0]).LastError)
+	requireFail(t, outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(dead[0]), "--reason", "again"), 1, "1 of 1 events not discarded")
 
 	// And back: a retry sends it to pending again.
 	requireOK(t, outboxCmd(t, b.schema, "events", "retry", fmt.Sprint(ids[0])))

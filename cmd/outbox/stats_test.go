@@ -111,6 +111,7 @@ func TestStatsHealthOnSQLDatabases(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 		require.Nil(t, doc["vacuum_horizon"])
 		require.Nil(t, doc["innodb_history_length"])
+		require.Equal(t, map[string]any{"total": 0.0, "aggregates": []any{}}, doc["blocked_aggregates"], "SQLite has ordered delivery")
 		file := doc["sqlite_file"].(map[string]any)
 		require.Positive(t, file["bytes"])
 		require.Contains(t, file, "wal_bytes")

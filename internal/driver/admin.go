@@ -61,7 +61,9 @@ type Admin interface {
 	// changed, for the next call.
 	RequeueMatching(ctx context.Context, f Filter, afterID int64, limit int) (n int64, lastID int64, err error)
 	// Discard moves the given pending events to failed with reason as
-	// their last error; it returns the IDs it changed.
+	// their last error, and marks failed ones discarded the same way (so
+	// that they no longer hold back an ordered aggregate); it returns the
+	// IDs it changed.
 	Discard(ctx context.Context, ids []int64, reason string) ([]int64, error)
 	// SetMaxAttempts sets one event's max_attempts (0 for the relay's
 	// default) and returns the event, or ErrNotFound.

@@ -2,12 +2,17 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
-// OrderedVersion is the migration that adds what OrderedClaimer needs on
-// PostgreSQL: the txid column and the key-order index.
+// OrderedVersion is the migration that adds what OrderedClaimer needs: the
+// key-order index (and on PostgreSQL the txid column).
 const OrderedVersion = 7
+
+// ErrOrderingUnsupported is returned by what needs per-aggregate ordering on
+// a database that does not support it yet (MySQL/MariaDB).
+var ErrOrderingUnsupported = errors.New("per-aggregate ordering is supported on PostgreSQL and SQLite only for now")
 
 // OrderedClaimParams selects and leases a batch that keeps per-aggregate
 // order.
@@ -22,8 +27,13 @@ type OrderedClaimParams struct {
 }
 
 // OrderedClaimer is implemented by drivers that can claim by aggregate
-// order (PostgreSQL).
+// order (PostgreSQL, SQLite; the database/sql driver implements it for
+// MySQL too, where OrderingSupported refuses).
 type OrderedClaimer interface {
+	// OrderingSupported returns nil when the database can keep the order,
+	// and ErrOrderingUnsupported otherwise; the other methods return that
+	// error too then.
+	OrderingSupported() error
 	// ClaimOrdered leases up to BatchSize due pending events such that,
 	// for every aggregate (aggregate_type, aggregate_id) it returns events
 	// of, no event of that aggregate that comes before them is unfinished

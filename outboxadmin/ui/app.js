@@ -451,7 +451,66 @@
   const td = (label, content, cls) => h('td', { 'data-label': label, class: cls }, content);
 
   // ---- failed queue ----
+  // retryEvents and discardEvents are the failed queue's actions, shared by
+  // its tabs; reload runs after a change.
+  async function retryEvents(ids, reload) {
+    try {
+      const r = await api('events/retry', { method: 'POST', body: { ids } });
+      toast(`Retried ${plural(r.count, 'event')}` + (r.unchanged ? ` (${r.unchanged.length} no longer failed)` : ''));
+      reload();
+    } catch (e) { if (!(e instanceof AuthError)) toast(e.message, true); }
+  }
+  async function discardEvents(ids, reload) {
+    const reason = await ask({ title: `Discard ${plural(ids.length, 'event')}?`,
+      text: 'Discarded events are failed and are not published unless retried; under ordered delivery they no longer hold back their aggregate\'s later events.', input: 'Reason (stored as the last error)', ok: 'Discard', danger: true });
+    if (reason === null) return;
+    try {
+      const r = await api('events/discard', { method: 'POST', body: { ids, reason } });
+      toast(`Discarded ${plural(r.count, 'event')}` + (r.unchanged ? ` (${r.unchanged.length} not pending or failed any more)` : ''));
+      reload();
+    } catch (e) { if (!(e instanceof AuthError)) toast(e.message, true); }
+  }
+
+  const failedTab = (label, href, active) => h('a', { href, class: active ? 'active' : '' }, label);
+  const failedTabs = (which) => h('div', { class: 'tabs' },
+    failedTab('Dead-lettered', '#/failed', which === 'failed'),
+    failedTab('Retrying', '#/failed?tab=retrying', which === 'retrying'),
+    failedTab('Blocked aggregates', '#/failed?tab=blocked', which === 'blocked'));
+
+  // blockedTab lists the aggregates whose ordered delivery waits behind a
+  // failed first event (GET /api/blocked-aggregates), with the head's
+  // actions: retry it once the cause is fixed, or discard it to let the
+  // aggregate go on without it.
+  async function blockedTab(gen, main) {
+    const res = await api('blocked-aggregates');
+    if (stale(gen)) return;
+    const ro = state.info.read_only;
+    const reload = () => route();
+    const headers = ['Aggregate', 'Head event', 'Head status', 'Waiting', ''];
+    const rowCells = (b) => [
+      td('Aggregate', aggregate(b)),
+      td('Head event', h('a', { href: '#/events/' + b.head_id }, '#' + b.head_id), 'num'),
+      td('Head status', b.head_status === 'failed' ? 'dead-lettered' : 'retrying'),
+      td('Waiting', fmtInt(b.waiting), 'num'),
+      h('td', { class: 'actions' }, ro ? null : [
+        b.head_status === 'failed'
+          ? h('button', { class: 'small', dataset: { action: 'retry', id: b.head_id }, onclick: () => retryEvents([b.head_id], reload) }, 'Retry')
+          : null,
+        h('button', { class: 'small danger', dataset: { action: 'discard', id: b.head_id }, onclick: () => discardEvents([b.head_id], reload) }, 'Discard'),
+      ]),
+    ];
+    main.replaceChildren(
+      h('div', { class: 'row spread' }, h('h1', {}, 'Failed events')),
+      failedTabs('blocked'),
+      h('p', { class: 'muted' }, res.supported
+        ? `Aggregates whose ordered delivery (relay --ordering aggregate, --ordered-failure block) waits behind a failed first event: the later events stay pending, unsent. Retry the head once its cause is fixed, or discard it to let the aggregate go on without it. ${fmtInt(res.total)} in all` + (res.total > res.aggregates.length ? `, the first ${res.aggregates.length} shown.` : '.')
+        : 'This database has no ordered delivery yet (PostgreSQL and SQLite only).'),
+      h('section', { class: 'panel' }, table(headers, res.aggregates, rowCells,
+        'No aggregate is blocked.', (b) => ({ id: b.head_id }))));
+  }
+
   async function failedPage(gen, main, params) {
+    if (params.get('tab') === 'blocked') return blockedTab(gen, main);
     const retrying = params.get('tab') === 'retrying';
     const q = new URLSearchParams(retrying ? { status: 'pending', min_attempts: '1' } : { status: 'failed' });
     q.set('limit', '50');
@@ -485,23 +544,8 @@
         : h('button', { class: 'small', dataset: { action: 'retry', id: e.id }, onclick: () => retry([e.id]) }, 'Retry')),
     ];
     const reload = () => route();
-    async function retry(ids) {
-      try {
-        const r = await api('events/retry', { method: 'POST', body: { ids } });
-        toast(`Retried ${plural(r.count, 'event')}` + (r.unchanged ? ` (${r.unchanged.length} no longer failed)` : ''));
-        reload();
-      } catch (e) { if (!(e instanceof AuthError)) toast(e.message, true); }
-    }
-    async function discard(ids) {
-      const reason = await ask({ title: `Discard ${plural(ids.length, 'event')}?`,
-        text: 'Discarded events move to failed and are not published unless retried.', input: 'Reason (stored as the last error)', ok: 'Discard', danger: true });
-      if (reason === null) return;
-      try {
-        const r = await api('events/discard', { method: 'POST', body: { ids, reason } });
-        toast(`Discarded ${plural(r.count, 'event')}` + (r.unchanged ? ` (${r.unchanged.length} not pending any more)` : ''));
-        reload();
-      } catch (e) { if (!(e instanceof AuthError)) toast(e.message, true); }
-    }
+    const retry = (ids) => retryEvents(ids, reload);
+    const discard = (ids) => discardEvents(ids, reload);
     selButton.addEventListener('click', () => (retrying ? discard : retry)([...selected]));
     const retryAll = h('button', { class: 'secondary', id: 'retry-all', onclick: async () => {
       const st = await api('stats');
@@ -514,11 +558,10 @@
       } catch (e) { if (!(e instanceof AuthError)) toast(e.message, true); }
     } }, 'Retry all failed…');
 
-    const tab = (label, href, active) => h('a', { href, class: active ? 'active' : '' }, label);
     main.replaceChildren(
       h('div', { class: 'row spread' }, h('h1', {}, 'Failed events'),
         ro ? null : h('div', { class: 'row' }, selButton, retrying ? null : retryAll)),
-      h('div', { class: 'tabs' }, tab('Dead-lettered', '#/failed', !retrying), tab('Retrying', '#/failed?tab=retrying', retrying)),
+      failedTabs(retrying ? 'retrying' : 'failed'),
       h('p', { class: 'muted' }, retrying
         ? 'Pending events whose publish failed and that wait for their next attempt. Discard one to stop its retries.'
         : 'Events out of attempts or rejected by the sink as permanent. Fix the cause, then retry them.'),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,7 +36,15 @@ func (s *countSink) Publish(_ context.Context, events []outbox.Event) []error {
 // BenchDrain measures how fast one relay (batches of 100, 2 workers,
 // retention processed) drains DrainEvents prefilled events to a sink that
 // discards them, and reports events/s. Only the drain is timed.
-func BenchDrain(b *testing.B, h Harness) {
+func BenchDrain(b *testing.B, h Harness) { benchDrain(b, h, 0) }
+
+// BenchDrainOrdered is BenchDrain with the relay in ordered mode
+// (RelayConfig.Ordering aggregate) and the events spread over keys
+// aggregates, round robin.
+func BenchDrainOrdered(b *testing.B, h Harness, keys int) { benchDrain(b, h, keys) }
+
+// benchDrain is BenchDrain, ordered over keys aggregates unless keys is 0.
+func benchDrain(b *testing.B, h Harness, keys int) {
 	ctx := context.Background()
 	var total time.Duration
 	for range b.N {
@@ -47,7 +56,12 @@ func BenchDrain(b *testing.B, h Harness) {
 			msgs[i] = outbox.Message{EventType: "bench.drained", AggregateType: "bench", AggregateID: "a",
 				Payload: json.RawMessage(`{"order_id":12345,"total_cents":4999,"currency":"EUR"}`)}
 		}
-		for range DrainEvents / len(msgs) {
+		for j := range DrainEvents / len(msgs) {
+			if keys > 0 {
+				for i := range msgs {
+					msgs[i].AggregateID = strconv.Itoa((j*len(msgs) + i) % keys)
+				}
+			}
 			tx, err := db.Begin(ctx)
 			if err != nil {
 				b.Fatal(err)
@@ -61,10 +75,14 @@ func BenchDrain(b *testing.B, h Harness) {
 		}
 		sink := &countSink{done: make(chan struct{})}
 		sink.want.Store(DrainEvents)
-		relay, err := outbox.NewRelay(db.Database, outbox.RelayConfig{
+		cfg := outbox.RelayConfig{
 			Sink: sink, Schema: db.Schema, RelayID: "bench", BatchSize: 100, Workers: 2,
 			PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		}
+		if keys > 0 {
+			cfg.Ordering = outbox.OrderingAggregate
+		}
+		relay, err := outbox.NewRelay(db.Database, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package drivertest_test
 
 import (
+	"fmt"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -52,5 +53,16 @@ func TestMariaDBWithMySQLWriter(t *testing.T) {
 func BenchmarkDrain(b *testing.B) {
 	for _, h := range []drivertest.Harness{drivertest.Postgres(), drivertest.SQLite(), drivertest.MariaDB(outbox.DialectMariaDB)} {
 		b.Run(h.Name, func(b *testing.B) { drivertest.BenchDrain(b, h) })
+	}
+}
+
+// BenchmarkDrainOrdered is BenchmarkDrain with an ordered relay, the events
+// spread over 1,000 and over 10 aggregates, on the databases with ordering:
+// go test -run '^$' -bench DrainOrdered -benchtime 3x ./internal/driver/drivertest/
+func BenchmarkDrainOrdered(b *testing.B) {
+	for _, h := range []drivertest.Harness{drivertest.Postgres(), drivertest.SQLite()} {
+		for _, keys := range []int{1000, 10} {
+			b.Run(fmt.Sprintf("%s/keys=%d", h.Name, keys), func(b *testing.B) { drivertest.BenchDrainOrdered(b, h, keys) })
+		}
 	}
 }

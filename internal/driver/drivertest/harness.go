@@ -37,6 +37,9 @@ type Harness struct {
 	// in transaction mode (PgBouncer), where a session's state does not
 	// last: the tests of what needs it (Migrate's advisory lock) do not run.
 	Pooled bool
+	// NoOrdering, when set, says why the database has no per-aggregate
+	// ordering yet: the ordering cases check the refusal and skip with it.
+	NoOrdering string
 	// LiveInsertCounter reports whether Sample.Inserted counts an insert
 	// at once (false for PostgreSQL, whose statistics are flushed late).
 	LiveInsertCounter bool

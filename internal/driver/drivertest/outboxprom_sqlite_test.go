@@ -41,6 +41,8 @@ func TestOutboxpromHealthGaugesOnSQLite(t *testing.T) {
 	require.Contains(t, values, "outbox_events")
 	require.Zero(t, values["outbox_events"])
 	require.Zero(t, values["outbox_stats_errors_total"])
+	require.Contains(t, values, "outbox_blocked_aggregates", "SQLite has ordered delivery")
+	require.Zero(t, values["outbox_blocked_aggregates"])
 	// SQLite cannot see dead rows or other connections' transactions: no
 	// series, rather than zeros that would look healthy.
 	for _, name := range []string{"outbox_table_dead_tuples", "outbox_table_bytes", "outbox_table_live_rows",

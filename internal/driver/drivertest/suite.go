@@ -66,6 +66,13 @@ func Run(t *testing.T, h Harness) {
 		{"RelayStoresSanitizedErrors", testRelayStoresSanitizedErrors},
 		{"RelayDeadLettersRefusedMarks", testRelayDeadLettersRefusedMarks},
 	}
+	tests = append(tests, orderedTests...)
+	if h.NoOrdering != "" {
+		tests = append(tests, struct {
+			name string
+			fn   func(t *testing.T, h Harness)
+		}{"OrderingRefused", testOrderingRefused})
+	}
 	for _, tc := range tests {
 		if h.Pooled && sessionBound[tc.name] {
 			continue

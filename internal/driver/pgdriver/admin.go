@@ -154,13 +154,16 @@ RETURNING e.id`
 	return int64(len(ids)), last, nil
 }
 
-// Discard dead-letters pending events, out of slow retries
-// (driver.DiscardedRetries). Processing events are left alone: their relay
-// is publishing them right now.
+// Discard dead-letters pending events, and marks failed ones discarded,
+// out of slow retries (driver.DiscardedRetries) either way: a discarded
+// dead head no longer holds back its aggregate's later events in ordered
+// mode. Processing events are left alone: their relay is publishing them
+// right now; so are failed events already discarded.
 func (d *Driver) Discard(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	rows, err := d.pool.Query(ctx, `UPDATE `+d.table+`
 SET status = 'failed', last_error = $2, locked_until = NULL, updated_at = now(), dead_letter_retries = $3
-WHERE id = ANY($1::bigint[]) AND status = 'pending'
+WHERE id = ANY($1::bigint[])
+  AND (status = 'pending' OR (status = 'failed' AND dead_letter_retries <> $3))
 RETURNING id`, ids, reason, driver.DiscardedRetries)
 	if err != nil {
 		return nil, wrap(err)

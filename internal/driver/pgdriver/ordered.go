@@ -190,6 +190,9 @@ LIMIT $1`
 	return q
 }
 
+// OrderingSupported is nil: PostgreSQL keeps the order.
+func (d *Driver) OrderingSupported() error { return nil }
+
 // ClaimOrdered leases a batch that keeps per-aggregate order.
 func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) (driver.Claim, error) {
 	q := d.ordered[0]

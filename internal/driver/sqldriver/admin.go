@@ -128,8 +128,11 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), append(f.args, limit)...)
 	return int64(len(ids)), lastID(afterID, ids), nil
 }
 
-// Discard dead-letters pending events, out of slow retries
-// (driver.DiscardedRetries); processing ones are left to their relay.
+// Discard dead-letters pending events, and marks failed ones discarded,
+// out of slow retries (driver.DiscardedRetries) either way: a discarded
+// dead head no longer holds back its aggregate's later events in ordered
+// mode. Processing ones are left to their relay; failed ones already
+// discarded are left as they are.
 func (d *Driver) Discard(ctx context.Context, ids []int64, reason string) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -138,7 +141,9 @@ func (d *Driver) Discard(ctx context.Context, ids []int64, reason string) ([]int
 	err := d.inTx(ctx, func(tx Tx) error {
 		var err error
 		changed, err = queryIDs(ctx, tx, `SELECT id FROM `+d.table+d.d.ByID()+`
-WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`+d.d.ForUpdate(), int64Args(ids)...)
+WHERE id IN (`+placeholders(len(ids))+`)
+  AND (status = 'pending' OR (status = 'failed' AND dead_letter_retries <> ?))`+d.d.ForUpdate(),
+			append(int64Args(ids), driver.DiscardedRetries)...)
 		if err != nil || len(changed) == 0 {
 			return err
 		}

@@ -117,6 +117,13 @@ var globEscaper = strings.NewReplacer("?", "[?]", "[", "[[]")
 // would read ON as the start of a join constraint.)
 func (Dialect) KeepExisting(string) string { return "\nON CONFLICT DO NOTHING" }
 
+// IDsInCommitOrder marks SQLite's IDs as handed out in commit order: one
+// write transaction runs at a time, and AUTOINCREMENT never reuses an ID, so
+// the ordered claim orders a key's events by ID.
+func (Dialect) IDsInCommitOrder() {}
+
+var _ sqldriver.CommitOrderedIDs = Dialect{}
+
 // ForUpdate is empty: BEGIN IMMEDIATE already holds the only write lock.
 func (Dialect) ForUpdate() string { return "" }
 

@@ -21,13 +21,18 @@ attempts (or one that must not be sent at all). Its last error becomes
 "discarded with outbox events discard by USER: REASON"; outbox events retry
 sends it back.
 
-Events that are being published (processing), already processed or failed,
-or missing are left alone and reported; it exits 1 when any named event was
-not discarded.`,
+A failed (dead-lettered) event can be discarded too: it stays failed, with
+that last error, is no longer retried by the dead-letter schedule, and, with
+relay --ordering aggregate --ordered-failure block, no longer holds back its
+aggregate's later events, which go on in order.
+
+Events that are being published (processing), already processed or
+discarded, or missing are left alone and reported; it exits 1 when any
+named event was not discarded.`,
 		Example: "  outbox events discard 4711 --reason 'customer deleted; nothing to notify'",
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usagef("pass the IDs of the pending events to discard")
+				return usagef("pass the IDs of the pending or failed events to discard")
 			}
 			reason = strings.TrimSpace(reason)
 			if reason == "" {
@@ -43,7 +48,7 @@ not discarded.`,
 			if err != nil {
 				return err
 			}
-			return a.reportChanged(cmd.Context(), m, "discarded", outbox.StatusPending, outbox.StatusFailed, ids, changed)
+			return a.reportChanged(cmd.Context(), m, "discarded", outbox.Status("pending or failed"), outbox.StatusFailed, ids, changed)
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why the events are discarded (stored as their last error)")
