@@ -248,7 +248,9 @@ func TestEventsDiscard(t *testing.T) {
 	b.exec(t, `UPDATE {table} SET status = 'failed', attempts = 5, last_error = 'HTTP 500' WHERE id = $1`, dead[0])
 	requireOK(t, outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(dead[0]), "--reason", "dead head"))
 	require.Regexp(t, `: dead head$`, b.event(t, dead[0]).LastError)
-	requireFail(t, outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(dead[0]), "--reason", "again"), 1, "1 of 1 events not discarded")
+	again := outboxCmd(t, b.schema, "events", "discard", fmt.Sprint(dead[0]), "--reason", "again")
+	requireFail(t, again, 1, "1 of 1 events not discarded")
+	require.Contains(t, again.stdout, fmt.Sprintf("event %d: not discarded: it was discarded already", dead[0]))
 
 	// And back: a retry sends it to pending again.
 	requireOK(t, outboxCmd(t, b.schema, "events", "retry", fmt.Sprint(ids[0])))

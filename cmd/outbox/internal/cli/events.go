@@ -90,6 +90,10 @@ func (a *app) reportChanged(ctx context.Context, m *outbox.Manager, verb string,
 			a.stdout.printf("event %d: not %s: not found\n", id, verb)
 		case err != nil:
 			return err
+		case strings.Contains(string(from), string(e.Status)):
+			// In the right status but left alone: the action was done
+			// before (a dead-lettered event is discarded once).
+			a.stdout.printf("event %d: not %s: it was %s already\n", id, verb, verb)
 		default:
 			a.stdout.printf("event %d: not %s: its status is %s, not %s\n", id, verb, e.Status, from)
 		}
