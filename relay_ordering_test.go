@@ -27,6 +27,18 @@ type orderSink struct {
 	unordered int // calls without WithKeyOrder
 }
 
+// orderSinkFailing is an orderSink that answers err for event id.
+func orderSinkFailing(id int64, err error) *orderSink {
+	s := &orderSink{}
+	s.setFail(func(e outbox.Event) error {
+		if e.ID == id {
+			return err
+		}
+		return nil
+	})
+	return s
+}
+
 func (s *orderSink) setFail(f func(outbox.Event) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,13 +127,7 @@ func TestRelayOrderedHeadOfLineBlock(t *testing.T) {
 	const keys, rounds = 50, 6
 	want := b.writeKeys(t, keys, rounds)
 	stuck := want["k7"][2]
-	sink := &orderSink{}
-	sink.setFail(func(e outbox.Event) error {
-		if e.ID == stuck {
-			return errors.New("refused")
-		}
-		return nil
-	})
+	sink := orderSinkFailing(stuck, errors.New("refused"))
 	cfg := outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, Workers: 2, BatchSize: 16,
 		MaxAttempts: 3, BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond}
 	cfg.RelayID = "r1"
@@ -171,13 +177,7 @@ func TestRelayOrderedDiscardDeadHead(t *testing.T) {
 	const keys, rounds = 10, 5
 	want := b.writeKeys(t, keys, rounds)
 	stuck := want["k3"][1]
-	sink := &orderSink{}
-	sink.setFail(func(e outbox.Event) error {
-		if e.ID == stuck {
-			return outbox.Permanent(errors.New("refused"))
-		}
-		return nil
-	})
+	sink := orderSinkFailing(stuck, outbox.Permanent(errors.New("refused")))
 	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, BatchSize: 8, PollInterval: 10 * time.Millisecond})
 	b.waitStats(t, "the other keys delivered, the stuck head dead", func(s outbox.Stats) bool {
 		return s.Processed == keys*rounds-(rounds-1) && s.Failed == 1
@@ -202,13 +202,7 @@ func TestRelayOrderedHeadOfLineSkip(t *testing.T) {
 	const keys, rounds = 50, 6
 	want := b.writeKeys(t, keys, rounds)
 	stuck := want["k7"][2]
-	sink := &orderSink{}
-	sink.setFail(func(e outbox.Event) error {
-		if e.ID == stuck {
-			return errors.New("refused")
-		}
-		return nil
-	})
+	sink := orderSinkFailing(stuck, errors.New("refused"))
 	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, OrderedFailure: outbox.OrderedFailureSkip,
 		Workers: 2, BatchSize: 16, MaxAttempts: 3, BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond})

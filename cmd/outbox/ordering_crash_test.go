@@ -78,6 +78,90 @@ func (s *orderEndpoint) firstAcks() (map[string][]int64, map[int64]bool, int) {
 	return order, acked, s.requests
 }
 
+// killingFleet runs n relays (the real binary) with args(id) and SIGKILLs a
+// random one every interval, starting a new one in its place, until
+// stopKilling; stopAll then stops the survivors with SIGTERM and checks that
+// each exits cleanly.
+type killingFleet struct {
+	mu     sync.Mutex
+	relays []*process
+	kills  int
+	stop   chan struct{}
+	killer sync.WaitGroup
+}
+
+func startKillingFleet(t *testing.T, n int, interval time.Duration, seed uint64, args func(id string) []string) *killingFleet {
+	t.Helper()
+	f := &killingFleet{relays: make([]*process, n), stop: make(chan struct{})}
+	for i := range f.relays {
+		f.relays[i] = start(t, nil, args(fmt.Sprintf("r%d", i))...)
+	}
+	f.killer.Go(func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		rng := rand.New(rand.NewPCG(seed, seed+1))
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+			i := rng.IntN(len(f.relays))
+			f.mu.Lock()
+			p := f.relays[i]
+			require.False(t, p.exited(), "relay exited on its own; stderr:\n%s", p.stderr.String())
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+			f.kills++
+			f.relays[i] = start(t, nil, args(fmt.Sprintf("r%d-%d", i, f.kills))...)
+			f.mu.Unlock()
+		}
+	})
+	return f
+}
+
+// stopKilling ends the kills and returns how many there were.
+func (f *killingFleet) stopKilling() int {
+	close(f.stop)
+	f.killer.Wait()
+	return f.kills
+}
+
+func (f *killingFleet) stopAll(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.relays {
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
+	}
+}
+
+// mergeCommitted joins the writers' committed IDs per key (each writer has
+// keys of its own) and counts them.
+func mergeCommitted(committed []map[string][]int64) (want map[string][]int64, total int) {
+	want = map[string][]int64{}
+	for _, c := range committed {
+		for k, ids := range c {
+			want[k] = ids
+			total += len(ids)
+		}
+	}
+	return want, total
+}
+
+// requireFirstAcksInCommitOrder checks that exactly the committed events
+// were acknowledged (none lost, no ghost) and that every key's first
+// acknowledgements follow its commit order.
+func (s *orderEndpoint) requireFirstAcksInCommitOrder(t *testing.T, want map[string][]int64, total, kills int, detail any) {
+	t.Helper()
+	order, acked, requests := s.firstAcks()
+	require.Len(t, acked, total, "every committed event acknowledged, and nothing else (no ghost); %v", detail)
+	for k, ids := range want {
+		require.Equal(t, ids, order[k], "key %s: first acknowledgements in commit order", k)
+	}
+	t.Logf("%d events of %d keys, %d requests, %d relays killed", total, len(want), requests, kills)
+}
+
 // Three ordered relays (the real binary) serve 200 keys while writers
 // commit each key's events one transaction after another (some with several
 // events of a key, one in ten rolled back), the endpoint fails one request
@@ -95,14 +179,7 @@ func TestOrderedRelaysSIGKILLKeepOrder(t *testing.T) {
 			"--poll-interval", "20ms", "--lease", "2s", "--sink-timeout", "1s",
 			"--max-attempts", "1000", "--backoff-base", "10ms", "--backoff-max", "200ms", "--log-level", "error"}
 	}
-	var (
-		relaysMu sync.Mutex
-		relays   [3]*process
-		gen      int
-	)
-	for i := range relays {
-		relays[i] = start(t, nil, relayArgs(fmt.Sprintf("r%d", i))...)
-	}
+	fleet := startKillingFleet(t, 3, time.Second, 3, relayArgs)
 
 	const keys, writers = 200, 4
 	writeFor := 5 * time.Second
@@ -139,43 +216,9 @@ func TestOrderedRelaysSIGKILLKeepOrder(t *testing.T) {
 			}
 		})
 	}
-	stopKilling := make(chan struct{})
-	kills := 0
-	var killer sync.WaitGroup
-	killer.Go(func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		rng := rand.New(rand.NewPCG(3, 4))
-		for {
-			select {
-			case <-stopKilling:
-				return
-			case <-tick.C:
-			}
-			i := rng.IntN(len(relays))
-			relaysMu.Lock()
-			p := relays[i]
-			require.False(t, p.exited(), "relay exited on its own; stderr:\n%s", p.stderr.String())
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-			gen++
-			kills++
-			relays[i] = start(t, nil, relayArgs(fmt.Sprintf("r%d-%d", i, gen))...)
-			relaysMu.Unlock()
-		}
-	})
 	wg.Wait()
-	close(stopKilling)
-	killer.Wait()
-
-	want := map[string][]int64{}
-	total := 0
-	for _, c := range committed {
-		for k, ids := range c {
-			want[k] = ids
-			total += len(ids)
-		}
-	}
+	kills := fleet.stopKilling()
+	want, total := mergeCommitted(committed)
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		s := b.stats(t)
 		if s.Processed == int64(total) && s.Pending == 0 && s.Processing == 0 {
@@ -193,17 +236,8 @@ func TestOrderedRelaysSIGKILLKeepOrder(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	order, acked, requests := srv.firstAcks()
-	require.Len(t, acked, total, "every committed event acknowledged, and nothing else (no ghost)")
-	for k, ids := range want {
-		require.Equal(t, ids, order[k], "key %s: first acknowledgements in commit order", k)
-	}
-	t.Logf("%d events of %d keys, %d requests, %d relays killed", total, len(want), requests, kills)
-	relaysMu.Lock()
-	defer relaysMu.Unlock()
-	for _, p := range relays {
-		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
-	}
+	srv.requireFirstAcksInCommitOrder(t, want, total, kills, "")
+	fleet.stopAll(t)
 }
 
 // --ordering aggregate is not on MySQL/MariaDB yet: there the relay refuses
@@ -240,14 +274,7 @@ func TestOrderedRelaysSIGKILLKeepOrderSQLite(t *testing.T) {
 			"--poll-interval", "20ms", "--lease", "2s", "--sink-timeout", "1s",
 			"--max-attempts", "1000", "--backoff-base", "10ms", "--backoff-max", "200ms", "--log-level", "error"}
 	}
-	var (
-		relaysMu sync.Mutex
-		relays   [2]*process
-		gen      int
-	)
-	for i := range relays {
-		relays[i] = start(t, nil, relayArgs(fmt.Sprintf("r%d", i))...)
-	}
+	fleet := startKillingFleet(t, 2, 700*time.Millisecond, 5, relayArgs)
 
 	const keys, writers = 40, 2
 	committed := make([]map[string][]int64, writers)
@@ -279,43 +306,9 @@ func TestOrderedRelaysSIGKILLKeepOrderSQLite(t *testing.T) {
 			}
 		})
 	}
-	stopKilling := make(chan struct{})
-	kills := 0
-	var killer sync.WaitGroup
-	killer.Go(func() {
-		tick := time.NewTicker(700 * time.Millisecond)
-		defer tick.Stop()
-		rng := rand.New(rand.NewPCG(5, 6))
-		for {
-			select {
-			case <-stopKilling:
-				return
-			case <-tick.C:
-			}
-			i := rng.IntN(len(relays))
-			relaysMu.Lock()
-			p := relays[i]
-			require.False(t, p.exited(), "relay exited on its own; stderr:\n%s", p.stderr.String())
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-			gen++
-			kills++
-			relays[i] = start(t, nil, relayArgs(fmt.Sprintf("r%d-%d", i, gen))...)
-			relaysMu.Unlock()
-		}
-	})
 	wg.Wait()
-	close(stopKilling)
-	killer.Wait()
-
-	want := map[string][]int64{}
-	total := 0
-	for _, c := range committed {
-		for k, ids := range c {
-			want[k] = ids
-			total += len(ids)
-		}
-	}
+	kills := fleet.stopKilling()
+	want, total := mergeCommitted(committed)
 	var last outbox.Stats
 	testutil.WaitFor(t, 60*time.Second, "every committed event processed", func() bool {
 		s, err := mgr.Stats(ctx)
@@ -323,15 +316,6 @@ func TestOrderedRelaysSIGKILLKeepOrderSQLite(t *testing.T) {
 		last = s
 		return s.Processed == int64(total) && s.Pending == 0 && s.Processing == 0
 	})
-	order, acked, requests := srv.firstAcks()
-	require.Len(t, acked, total, "every committed event acknowledged, and nothing else (no ghost); stats %+v", last)
-	for k, ids := range want {
-		require.Equal(t, ids, order[k], "key %s: first acknowledgements in commit order", k)
-	}
-	t.Logf("%d events of %d keys, %d requests, %d relays killed", total, len(want), requests, kills)
-	relaysMu.Lock()
-	defer relaysMu.Unlock()
-	for _, p := range relays {
-		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
-	}
+	srv.requireFirstAcksInCommitOrder(t, want, total, kills, fmt.Sprintf("stats %+v", last))
+	fleet.stopAll(t)
 }

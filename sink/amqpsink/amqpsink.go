@@ -209,14 +209,8 @@ func (s *Sink) connected() bool {
 // reconnects in the background); the relay probes with it while the
 // sink's circuit is open. It implements outbox.HealthChecker.
 func (s *Sink) Health(ctx context.Context) error {
-	conn, err := s.connection(ctx)
-	if err != nil {
+	if _, err := s.connection(ctx); err != nil {
 		return outbox.Unavailable(fmt.Errorf("amqpsink: %w", err))
-	}
-	if conn.IsClosed() {
-		// Lost a moment ago: the sink has not noticed yet (its close
-		// notification is on its way) but a publish would fail.
-		return outbox.Unavailable(fmt.Errorf("amqpsink: the connection to %s is closed; reconnecting in the background", s.endpoint))
 	}
 	return nil
 }

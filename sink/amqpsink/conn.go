@@ -225,6 +225,11 @@ func (s *Sink) connection(ctx context.Context) (*amqp.Connection, error) {
 		switch {
 		case closed:
 			return nil, errSinkClosed
+		case conn != nil && conn.IsClosed():
+			// Lost a moment ago: the close notification that starts the
+			// reconnect is on its way. Waiting for up would spin (it is
+			// still the old connection's), and the connection is useless.
+			return nil, fmt.Errorf("the connection to %s was lost; reconnecting in the background", s.endpoint)
 		case conn != nil:
 			return conn, nil
 		}

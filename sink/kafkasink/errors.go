@@ -63,24 +63,34 @@ func batchLevel(err error) bool {
 		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.PolicyViolation)
 }
 
-// sameBatchFailures counts the failures of this Publish with r's
-// batch-level error on r's topic and partition, r included.
-func sameBatchFailures(failed []result, r result, topics []string) int {
-	n := 0
-	for _, o := range failed {
-		if o.partition == r.partition && topics[o.i] == topics[r.i] && errors.Is(o.err, r.err) {
-			n++
+// refusal is a batch-level refusal of one topic partition's records.
+type refusal struct {
+	topic     string
+	partition int32
+	code      int16
+}
+
+// refusalOf is r's refusal; the zero refusal for any other failure.
+func refusalOf(r result, topics []string) refusal {
+	var ke *kerr.Error
+	if !batchLevel(r.err) || !errors.As(r.err, &ke) {
+		return refusal{}
+	}
+	return refusal{topics[r.i], r.partition, ke.Code}
+}
+
+// batchRefusals counts the failures of this Publish per batch-level
+// refusal. A refusal that several records share does not prove that any
+// one of them is at fault, so none of them is dead-lettered for it: retries
+// spread the events over other batches until the one at fault fails alone.
+func batchRefusals(failed []result, topics []string) map[refusal]int {
+	n := map[refusal]int{}
+	for _, r := range failed {
+		if k := refusalOf(r, topics); k != (refusal{}) {
+			n[k]++
 		}
 	}
 	return n
-}
-
-// sharedFailure reports whether r failed with a batch-level error that
-// other records of its partition share: the error does not prove that r
-// is the record at fault, so r must not be dead-lettered for it. Retries
-// spread the events over other batches until the one at fault fails alone.
-func sharedFailure(failed []result, r result, topics []string) bool {
-	return batchLevel(r.err) && sameBatchFailures(failed, r, topics) > 1
 }
 
 // connectError explains in one line why no broker answered New's ping.

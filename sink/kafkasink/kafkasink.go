@@ -261,10 +261,11 @@ func (s *Sink) produce(ctx context.Context, events []outbox.Event, topics []stri
 		}
 	}
 	defer func() {
+		shared := batchRefusals(failed, topics)
 		for _, r := range failed {
-			if sharedFailure(failed, r, topics) {
+			if n := shared[refusalOf(r, topics)]; n > 1 {
 				errs[r.i] = fmt.Errorf("kafkasink: event %d to topic %q: the brokers refused the record batch it was in, with %d other records of partition %d: the fault may be another record's, so this one is retried (an event that fails alone is dead-lettered): %w",
-					events[r.i].ID, topics[r.i], sameBatchFailures(failed, r, topics)-1, r.partition, r.err)
+					events[r.i].ID, topics[r.i], n-1, r.partition, r.err)
 				continue
 			}
 			errs[r.i] = s.produceError(ctx, &events[r.i], topics[r.i], r.err)
