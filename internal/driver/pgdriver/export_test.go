@@ -25,4 +25,6 @@ func OrderedClaimSQL(d *Driver) (window, full string) {
 }
 
 // ReplayBatchSQL exposes a replay read's statement to plan tests.
-func ReplayBatchSQL(d *Driver, p driver.ReplayParams) (string, []any, error) { return d.replayBatchSQL(p) }
+func ReplayBatchSQL(d *Driver, p driver.ReplayParams) (string, []any, error) {
+	return d.replayBatchSQL(p)
+}

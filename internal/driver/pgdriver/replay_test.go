@@ -29,10 +29,10 @@ SELECT 200000 + i, 'e' || (i % 7), (i % 100)::text, '{}', 'processed', now() FRO
 	require.NoError(t, err)
 
 	for name, p := range map[string]driver.ReplayParams{
-		"no filter":        {AfterID: 5000, UpToID: 400000, Limit: 500},
-		"type":             {Filter: driver.Filter{EventType: "e3"}, AfterID: 5000, UpToID: 400000, Limit: 500},
-		"rare aggregate":   {Filter: driver.Filter{AggregateID: "7", CreatedAfter: time.Now().Add(-time.Hour)}, AfterID: 50000, UpToID: 400000, Limit: 500},
-		"in the archive":   {Filter: driver.Filter{EventType: "e1"}, AfterID: 250000, UpToID: 400000, Limit: 500},
+		"no filter":      {AfterID: 5000, UpToID: 400000, Limit: 500},
+		"type":           {Filter: driver.Filter{EventType: "e3"}, AfterID: 5000, UpToID: 400000, Limit: 500},
+		"rare aggregate": {Filter: driver.Filter{AggregateID: "7", CreatedAfter: time.Now().Add(-time.Hour)}, AfterID: 50000, UpToID: 400000, Limit: 500},
+		"in the archive": {Filter: driver.Filter{EventType: "e1"}, AfterID: 250000, UpToID: 400000, Limit: 500},
 	} {
 		sqlText, args, err := pgdriver.ReplayBatchSQL(b.drv, p)
 		require.NoError(t, err)

@@ -26,7 +26,7 @@ type replaySinkFlags struct {
 	batch    int
 	asJSON   bool
 	timeout  outbox.RelayConfig // only its SinkTimeout
-	registry []string // the flags that go with --sink only
+	registry []string           // the flags that go with --sink only
 }
 
 // register defines the --sink flags on fl.
