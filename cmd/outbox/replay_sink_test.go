@@ -258,3 +258,43 @@ func TestEventsReplayToSinkUsage(t *testing.T) {
 	requireFail(t, res, 1, "resume with --after-id 0")
 	require.True(t, strings.HasPrefix(res.stdout, "published 0 events to http://127.0.0.1:1/…; last ID 0"), res.stdout)
 }
+
+// The dashboard replays to the sink outbox admin was started with, and to
+// no other: the count first (the confirmation), then the replay.
+func TestAdminReplayToSink(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seedDelivered(t, b, 5, 2)
+	rc := newReceiver(t)
+	before := rowsState(t, b)
+	_, base := startAdmin(t, testutil.DatabaseURL(), b.schema, nil, "--addr", "127.0.0.1:0", "--replay-sink", rc.URL+"/hooks")
+	code, body := adminGet(t, base+"api/info")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"replay_sink": "`+rc.URL+`/…"`)
+
+	post := func(body string) (int, map[string]any) {
+		req, err := http.NewRequest(http.MethodPost, base+"api/events/replay-to-sink", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var doc map[string]any
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&doc))
+		return res.StatusCode, doc
+	}
+	code, doc := post(`{"filter": {}, "dry_run": true}`)
+	require.Equal(t, http.StatusOK, code, doc)
+	require.EqualValues(t, 5, doc["count"])
+	require.Zero(t, rc.len())
+	code, doc = post(`{"filter": {}}`)
+	require.Equal(t, http.StatusOK, code, doc)
+	require.EqualValues(t, 5, doc["published"])
+	require.Equal(t, once(ids), rc.take())
+	require.Equal(t, before, rowsState(t, b))
+	code, doc = post(`{"filter": {}, "sink": "http://127.0.0.1:1/"}`)
+	require.Equal(t, http.StatusBadRequest, code, doc)
+
+	res := outboxCmd(t, b.schema, "admin", "--replay-sink", "bogus://x")
+	requireFail(t, res, 2, `unknown sink scheme "bogus"`)
+}
