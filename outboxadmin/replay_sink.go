@@ -19,18 +19,33 @@ type ReplayToSinkJSON struct {
 	AfterID int64      `json:"after_id,omitempty"`
 }
 
-// ReplayToSinkResultJSON answers POST /api/events/replay-to-sink: the count
-// for a dry run; otherwise what was published, and where to resume
-// (after_id = last_id) when Complete is false.
+// ReplayToSinkResultJSON answers POST /api/events/replay-to-sink, and is
+// what outbox events replay --sink --json prints: the count for a dry run;
+// otherwise what was published, and where to resume (after_id = last_id)
+// when Complete is false.
 type ReplayToSinkResultJSON struct {
-	Sink      string `json:"sink"`
-	DryRun    bool   `json:"dry_run,omitempty"`
-	Count     int64  `json:"count"`
-	Published int64  `json:"published"`
-	LastID    int64  `json:"last_id"`
-	UpToID    int64  `json:"up_to_id"`
-	Complete  bool   `json:"complete"`
-	Error     string `json:"error,omitempty"`
+	// Sink names the sink, without credentials.
+	Sink   string `json:"sink"`
+	DryRun bool   `json:"dry_run,omitempty"`
+	// Count is the dry run's count, or the events published.
+	Count int64 `json:"count"`
+	// Published counts the events the sink acknowledged.
+	Published int64 `json:"published"`
+	// AfterID is the ID the replay started after.
+	AfterID int64 `json:"after_id"`
+	// LastID is the ID up to which every selected event was published.
+	LastID int64 `json:"last_id"`
+	// UpToID is the replay's bound: the highest event ID when it started.
+	UpToID int64 `json:"up_to_id"`
+	// Complete is false when the replay stopped early.
+	Complete bool   `json:"complete"`
+	Error    string `json:"error,omitempty"`
+}
+
+// NewReplayToSinkResultJSON is the document of a replay's result.
+func NewReplayToSinkResultJSON(sink string, afterID int64, res outbox.ReplayResult, complete bool) ReplayToSinkResultJSON {
+	return ReplayToSinkResultJSON{Sink: sink, Count: res.Published, Published: res.Published, AfterID: afterID,
+		LastID: res.LastID, UpToID: res.UpToID, Complete: complete}
 }
 
 // replayToSink publishes the delivered events a filter selects to the
@@ -58,7 +73,7 @@ func (h *Handler) replayToSink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := outbox.ReplayParams{EventFilter: body.Filter.filter(), AfterID: body.AfterID}
-	out := ReplayToSinkResultJSON{Sink: h.cfg.ReplaySinkName, DryRun: body.DryRun}
+	out := ReplayToSinkResultJSON{Sink: h.cfg.ReplaySinkName, DryRun: body.DryRun, AfterID: body.AfterID}
 	if body.DryRun {
 		ctx, cancel := h.dbContext(r)
 		defer cancel()
@@ -81,7 +96,7 @@ func (h *Handler) replayToSink(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	out.Count, out.Published, out.LastID, out.UpToID, out.Complete = res.Published, res.Published, res.LastID, res.UpToID, err == nil
+	out = NewReplayToSinkResultJSON(h.cfg.ReplaySinkName, body.AfterID, res, err == nil)
 	status := http.StatusOK
 	if err != nil {
 		if r.Context().Err() != nil {

@@ -121,7 +121,7 @@ func TestEventsReplayToSink(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("would publish 30 delivered events to %s/… (dry run: nothing sent)\n", rc.URL), res.stdout)
 	res = outboxCmd(t, b.schema, "events", "replay", "--sink", sink, "--dry-run", "--json", "--after-id", fmt.Sprint(ids[9]))
 	requireOK(t, res)
-	require.JSONEq(t, fmt.Sprintf(`{"dry_run":true,"count":20,"sink":"%s/…","after_id":%d}`, rc.URL, ids[9]), res.stdout)
+	require.JSONEq(t, fmt.Sprintf(`{"dry_run":true,"count":20,"published":0,"sink":"%s/…","after_id":%d,"last_id":0,"up_to_id":0,"complete":false}`, rc.URL, ids[9]), res.stdout)
 	require.Zero(t, rc.len(), "a dry run sends nothing")
 
 	res = outboxCmd(t, b.schema, "events", "replay", "--sink", sink, "--yes", "--batch-size", "7")
@@ -136,7 +136,7 @@ func TestEventsReplayToSink(t *testing.T) {
 	requireOK(t, res)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
-	require.Equal(t, map[string]any{"published": 1.0, "last_id": float64(top), "up_to_id": float64(top), "after_id": 0.0,
+	require.Equal(t, map[string]any{"count": 1.0, "published": 1.0, "last_id": float64(top), "up_to_id": float64(top), "after_id": 0.0,
 		"complete": true, "sink": rc.URL + "/…"}, doc)
 	require.Equal(t, once(ids[2:3]), rc.take())
 

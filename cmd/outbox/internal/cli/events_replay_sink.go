@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
@@ -138,7 +139,7 @@ func (a *app) replayToSink(cmd *cobra.Command, args []string, status string, ff 
 			return err
 		}
 		if sf.asJSON {
-			return a.printJSON(ReplayDryRunJSON{DryRun: true, Count: n, Sink: desc, AfterID: sf.afterID})
+			return a.printJSON(outboxadmin.ReplayToSinkResultJSON{Sink: desc, DryRun: true, Count: n, AfterID: sf.afterID})
 		}
 		a.stdout.printf("would publish %d delivered events to %s (dry run: nothing sent)\n", n, desc)
 		return nil
@@ -167,8 +168,7 @@ func (a *app) replayToSink(cmd *cobra.Command, args []string, status string, ff 
 	pr.done()
 	complete := err == nil
 	if sf.asJSON {
-		if jerr := a.printJSON(ReplayResultJSON{Published: res.Published, LastID: res.LastID, UpToID: res.UpToID,
-			AfterID: sf.afterID, Complete: complete, Sink: desc}); jerr != nil {
+		if jerr := a.printJSON(outboxadmin.NewReplayToSinkResultJSON(desc, sf.afterID, res, complete)); jerr != nil {
 			return jerr
 		}
 	} else {
@@ -211,34 +211,7 @@ func parseSinkScheme(raw string) (string, error) {
 	return "", usagef("unknown sink scheme %q: use one of %s", clip(name), schemeNames())
 }
 
-// ReplayResultJSON is what events replay --sink --json prints.
-type ReplayResultJSON struct {
-	// Published counts the events the sink acknowledged.
-	Published int64 `json:"published"`
-	// LastID is the ID up to which every selected event was published:
-	// resume with --after-id LastID.
-	LastID int64 `json:"last_id"`
-	// UpToID is the replay's upper bound: the highest event ID when it
-	// started.
-	UpToID int64 `json:"up_to_id"`
-	// AfterID is the --after-id it started from.
-	AfterID int64 `json:"after_id"`
-	// Complete is false when the replay stopped early (interrupted, or
-	// the sink refused an event).
-	Complete bool `json:"complete"`
-	// Sink names the sink without credentials.
-	Sink string `json:"sink"`
-}
-
-// ReplayDryRunJSON is what events replay --sink --dry-run --json prints.
-type ReplayDryRunJSON struct {
-	DryRun  bool   `json:"dry_run"`
-	Count   int64  `json:"count"`
-	Sink    string `json:"sink"`
-	AfterID int64  `json:"after_id"`
-}
-
-// printJSON prints v as one line of JSON.
+// printJSON prints v, an outboxadmin document, as one line of JSON.
 func (a *app) printJSON(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
