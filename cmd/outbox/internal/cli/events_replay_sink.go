@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -26,8 +27,8 @@ type replaySinkFlags struct {
 	rate     float64
 	batch    int
 	asJSON   bool
-	timeout  outbox.RelayConfig // only its SinkTimeout
-	registry []string           // the flags that go with --sink only
+	timeout  time.Duration // --sink-timeout
+	registry []string      // the flags that go with --sink only
 }
 
 // register defines the --sink flags on fl.
@@ -42,7 +43,7 @@ func (sf *replaySinkFlags) register(fl *pflag.FlagSet) {
 	fl.Float64Var(&sf.rate, "rate", 0, "with --sink: publish at most this many events per second; 0 for no limit")
 	fl.IntVar(&sf.batch, "batch-size", outbox.ReplayBatchSizeDefault, "with --sink: events read per statement and published per call")
 	fl.BoolVar(&sf.asJSON, "json", false, "with --sink: print the result (or the --dry-run count) as one JSON object")
-	fl.DurationVar(&sf.timeout.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "with --sink: bound on one publish")
+	fl.DurationVar(&sf.timeout, "sink-timeout", outbox.SinkTimeoutDefault, "with --sink: bound on one publish")
 	fl.StringVar(&rf.route, "route", route.Default, "with a broker --sink: the template of each event's subject, topic, routing key or stream, as the relay's")
 	fl.StringArrayVar(&rf.routeRules, "route-rule", nil, "with a broker --sink: 'PATTERN=TEMPLATE' routes events whose type matches PATTERN to TEMPLATE instead of --route; repeatable")
 	fl.StringVar(&rf.so.Source, "source", "", "with --sink: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
@@ -88,8 +89,8 @@ func (a *app) replayToSink(cmd *cobra.Command, args []string, status string, ff 
 		return usagef("invalid --rate %v: use events per second, such as --rate 500, or 0 for no limit", sf.rate)
 	case sf.batch < 1 || sf.batch > outbox.ReplayBatchSizeMax:
 		return usagef("invalid --batch-size %d: use 1 to %d", sf.batch, outbox.ReplayBatchSizeMax)
-	case sf.timeout.SinkTimeout <= 0:
-		return usagef("invalid --sink-timeout %v: use a positive duration", sf.timeout.SinkTimeout)
+	case sf.timeout <= 0:
+		return usagef("invalid --sink-timeout %v: use a positive duration", sf.timeout)
 	}
 	if sf.since != "" {
 		ff.createdAfter = sf.since
@@ -122,7 +123,7 @@ func (a *app) replayToSink(cmd *cobra.Command, args []string, status string, ff 
 		return err
 	}
 	a.redact.add(rf.so.WebhookSecret)
-	p := outbox.ReplayParams{EventFilter: f, AfterID: sf.afterID, BatchSize: sf.batch, Rate: sf.rate, SinkTimeout: sf.timeout.SinkTimeout}
+	p := outbox.ReplayParams{EventFilter: f, AfterID: sf.afterID, BatchSize: sf.batch, Rate: sf.rate, SinkTimeout: sf.timeout}
 	desc := describeSink(rf.sinkURL, a.redact)
 	ctx := cmd.Context()
 	mgr, closePool, err := a.manager(ctx)
@@ -171,6 +172,9 @@ func (a *app) replayToSink(cmd *cobra.Command, args []string, status string, ff 
 		if jerr := a.printJSON(outboxadmin.NewReplayToSinkResultJSON(desc, sf.afterID, res, complete)); jerr != nil {
 			return jerr
 		}
+	} else if sinkSchemeOf(rf.sinkURL) == "stdout" {
+		// The events are on stdout: keep the summary out of them.
+		notef(a.stderr, "published %d events to %s; last ID %d\n", res.Published, desc, res.LastID)
 	} else {
 		a.stdout.printf("published %d events to %s; last ID %d\n", res.Published, desc, res.LastID)
 	}
