@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -97,7 +98,7 @@ func (p *ReplayParams) validate() error {
 		return &ConfigError{Field: "up_to_id", Err: fmt.Errorf("is %d: use 0 or an event ID", p.UpToID)}
 	case p.BatchSize < 0 || p.BatchSize > ReplayBatchSizeMax:
 		return &ConfigError{Field: "batch_size", Err: fmt.Errorf("is %d: use 1 to %d", p.BatchSize, ReplayBatchSizeMax)}
-	case p.Rate < 0 || p.Rate != p.Rate:
+	case p.Rate < 0 || math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0):
 		return &ConfigError{Field: "rate", Err: fmt.Errorf("is %v: use a positive number of events per second, or 0 for no limit", p.Rate)}
 	case p.SinkTimeout < 0:
 		return &ConfigError{Field: "sink_timeout", Err: fmt.Errorf("is %v: use a positive duration", p.SinkTimeout)}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -212,6 +213,7 @@ func TestReplayToRejectsBadParams(t *testing.T) {
 		{AfterID: -1},
 		{BatchSize: outbox.ReplayBatchSizeMax + 1},
 		{Rate: -1},
+		{Rate: math.Inf(1)},
 	} {
 		_, err := b.mgr.ReplayTo(b.ctx, outboxtest.NewRecorder(), p)
 		var ce *outbox.ConfigError

@@ -80,7 +80,9 @@ func TestReplayToSinkNeedsAConfiguredSink(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, res.code)
 	require.Contains(t, res.errorText(t), "no replay sink is configured")
 
-	ro := setup(t, func(c *outboxadmin.Config) { c.ReplaySink, c.ReplaySinkName, c.ReadOnly = outboxtest.NewRecorder(), "r", true })
+	ro := setup(t, func(c *outboxadmin.Config) {
+		c.ReplaySink, c.ReplaySinkName, c.ReadOnly = outboxtest.NewRecorder(), "r", true
+	})
 	res = ro.do(t, http.MethodPost, "/api/events/replay-to-sink", map[string]any{"filter": map[string]any{}})
 	require.Equal(t, http.StatusForbidden, res.code)
 

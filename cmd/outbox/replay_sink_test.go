@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -234,6 +235,7 @@ func TestEventsReplayToSinkUsage(t *testing.T) {
 		{[]string{"--sink", rc.URL, "--yes", "--status", "failed"}, "delivered events only"},
 		{[]string{"--sink", rc.URL, "--yes", "--rate", "-1"}, "invalid --rate -1"},
 		{[]string{"--sink", rc.URL, "--yes", "--rate", "lots"}, "--rate"},
+		{[]string{"--sink", rc.URL, "--yes", "--rate", "inf"}, "invalid --rate +Inf"},
 		{[]string{"--sink", rc.URL, "--yes", "--after-id", "-3"}, "invalid --after-id -3"},
 		{[]string{"--sink", rc.URL, "--yes", "--batch-size", "0"}, "invalid --batch-size 0"},
 		{[]string{"--sink", rc.URL, "--since", "yesterday"}, `invalid --since "yesterday"`},
@@ -297,4 +299,29 @@ func TestAdminReplayToSink(t *testing.T) {
 
 	res := outboxCmd(t, b.schema, "admin", "--replay-sink", "bogus://x")
 	requireFail(t, res, 2, `unknown sink scheme "bogus"`)
+}
+
+// The dashboard's button: the event browser's filter, a confirmation with
+// the count, then the events at the sink outbox admin was started with.
+func TestAdminReplayToSinkInBrowser(t *testing.T) {
+	t.Parallel()
+	br := newBrowser(t)
+	b := setup(t)
+	ids := seedDelivered(t, b, 9, 4)
+	b.write(t, outbox.Message{EventType: "invoice.sent", AggregateType: "invoice", AggregateID: "I-1", Payload: map[string]int{}})
+	b.exec(t, `UPDATE {table} SET status = 'processed', processed_at = now() WHERE event_type = 'invoice.sent'`)
+	rc := newReceiver(t)
+	_, base := startAdmin(t, testutil.DatabaseURL(), b.schema, nil, "--addr", "127.0.0.1:0", "--replay-sink", rc.URL)
+
+	br.do("open the event browser", chromedp.Navigate(base+"#/events?type=order.created"))
+	br.waitJS("the replay button", `document.querySelector('#replay-to-sink') !== null`)
+	br.click("#replay-to-sink")
+	br.waitJS("the confirmation", `document.querySelector('#dialog').open`)
+	require.Equal(t, "Replay 9 delivered events to "+rc.URL+"?", br.text("#dialog-title"))
+	require.Zero(t, rc.len(), "nothing sent before the confirmation")
+	br.screenshot("admin-replay-to-sink")
+	br.click("#dialog-ok")
+	testutil.WaitFor(t, 20*time.Second, "the events at the sink", func() bool { return rc.len() == len(ids) })
+	br.waitJS("the toast", `document.body.innerText.includes('Published 9 events to `+rc.URL+`')`)
+	require.Equal(t, once(ids), rc.take(), "the filter's events only, each once")
 }

@@ -218,4 +218,6 @@ func (brokenLedger) Succeeded(context.Context, []int64) (map[int64][]string, err
 	return nil, errors.New("ledger down")
 }
 
-func (brokenLedger) RecordSuccess(context.Context, int64, string) error { return errors.New("ledger down") }
+func (brokenLedger) RecordSuccess(context.Context, int64, string) error {
+	return errors.New("ledger down")
+}

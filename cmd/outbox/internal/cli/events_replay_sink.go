@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -85,7 +86,7 @@ func (a *app) replayToSink(cmd *cobra.Command, args []string, status string, ff 
 		return usagef("--until and --created-before set the same bound: keep one")
 	case sf.afterID < 0:
 		return usagef("invalid --after-id %d: use an event ID, or 0 to start from the first", sf.afterID)
-	case sf.rate < 0 || sf.rate != sf.rate:
+	case sf.rate < 0 || math.IsNaN(sf.rate) || math.IsInf(sf.rate, 0):
 		return usagef("invalid --rate %v: use events per second, such as --rate 500, or 0 for no limit", sf.rate)
 	case sf.batch < 1 || sf.batch > outbox.ReplayBatchSizeMax:
 		return usagef("invalid --batch-size %d: use 1 to %d", sf.batch, outbox.ReplayBatchSizeMax)
