@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
 )
@@ -83,6 +85,54 @@ func BenchmarkRelayDrain(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(backlog*b.N)/elapsed.Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkReplayTo replays a delivered history, half of it archived, to a
+// discarding sink: all of it, and a filter matching one event in 100 (which
+// reads the whole range to find them).
+func BenchmarkReplayTo(b *testing.B) {
+	const history = 100000
+	pool, schema := testutil.Schema(b)
+	ctx := context.Background()
+	archive := pgx.Identifier{schema, "outbox_events_archive"}.Sanitize()
+	for _, q := range []string{
+		`INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, status, processed_at)
+			SELECT g, 'order.created', 'order', (g % 100)::text, '{"order_id":12345,"customer":"c-1","total_cents":4999,"currency":"EUR"}', 'processed', now()
+			FROM generate_series(1, $1 / 2) g`,
+		`INSERT INTO ` + testutil.Table(schema) + ` (id, event_type, aggregate_type, aggregate_id, payload, status, processed_at)
+			SELECT g, 'order.created', 'order', (g % 100)::text, '{"order_id":12345,"customer":"c-1","total_cents":4999,"currency":"EUR"}', 'processed', now()
+			FROM generate_series($1 / 2 + 1, $1) g`,
+	} {
+		if _, err := pool.Exec(ctx, q, history); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE `+testutil.Table(schema)+`; ANALYZE `+archive); err != nil {
+		b.Fatal(err)
+	}
+	mgr := outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: schema})
+	discard := outbox.SinkFunc(func(context.Context, []outbox.Event) []error { return nil })
+	for _, tc := range []struct {
+		name string
+		f    outbox.EventFilter
+		want int64
+	}{{"all", outbox.EventFilter{}, history}, {"one_in_100", outbox.EventFilter{AggregateID: "7"}, history / 100}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var read int64
+			for b.Loop() {
+				res, err := mgr.ReplayTo(ctx, discard, outbox.ReplayParams{EventFilter: tc.f})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Published != tc.want {
+					b.Fatalf("published %d, want %d", res.Published, tc.want)
+				}
+				read += history
+			}
+			b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "rows_scanned/s")
+			b.ReportMetric(float64(int64(b.N)*tc.want)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
 }

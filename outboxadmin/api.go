@@ -38,6 +38,7 @@ func (h *Handler) routes() {
 	get("/api/health", h.health)
 	post("/api/events/retry", h.retry)
 	post("/api/events/replay", h.replay)
+	post("/api/events/replay-to-sink", h.replayToSink)
 	post("/api/events/discard", h.discard)
 	post("/api/events/{id}/max-attempts", h.setMaxAttempts)
 	h.mux.Handle(base+"/api/", h.requireAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -87,12 +88,16 @@ type InfoJSON struct {
 	Principal             string  `json:"principal"`
 	SampleIntervalSeconds float64 `json:"sample_interval_seconds"`
 	HistorySeconds        float64 `json:"history_seconds"`
+	// ReplaySink names the sink delivered events may be replayed to
+	// (Config.ReplaySink); absent when there is none.
+	ReplaySink string `json:"replay_sink,omitempty"`
 }
 
 func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, InfoJSON{
 		ReadOnly: h.cfg.ReadOnly, Principal: principalOf(r),
 		SampleIntervalSeconds: h.cfg.SampleInterval.Seconds(), HistorySeconds: h.cfg.History.Seconds(),
+		ReplaySink: h.cfg.ReplaySinkName,
 	})
 }
 

@@ -58,6 +58,18 @@ type Config struct {
 	// ReadOnly refuses every action (retry, replay, discard, max attempts)
 	// and hides their buttons.
 	ReadOnly bool
+	// ReplaySink, when set, is the one sink the dashboard may replay
+	// delivered events to (Manager.ReplayTo), for feeding a new consumer:
+	// POST /api/events/replay-to-sink and the event browser's "Replay to
+	// sink" button. The program that builds the handler chooses it; the
+	// API never takes a sink or a URL from the request, so a browser (or a
+	// stolen token) cannot make the server publish anywhere else. Nil for
+	// none: the endpoint answers 404.
+	ReplaySink outbox.Sink
+	// ReplaySinkName names ReplaySink on the dashboard and in the audit
+	// log, such as "nats://broker:4222/ORDERS"; leave credentials out.
+	// Required with ReplaySink.
+	ReplaySinkName string
 	// SampleInterval is how often the charts get a point. Defaults to
 	// SampleIntervalDefault.
 	SampleInterval time.Duration
@@ -112,6 +124,10 @@ func (c Config) Validate() error {
 		return bad("History", "holds more than 100000 samples: lengthen SampleInterval or shorten History")
 	case c.QueryTimeout <= 0:
 		return bad("QueryTimeout", "is %v: use a positive duration", c.QueryTimeout)
+	case c.ReplaySink != nil && strings.TrimSpace(c.ReplaySinkName) == "":
+		return bad("ReplaySinkName", "is empty: name the replay sink (without credentials) for the dashboard and the audit log")
+	case c.ReplaySink == nil && c.ReplaySinkName != "":
+		return bad("ReplaySink", "is nil but ReplaySinkName is set: pass the sink too, or leave both empty")
 	}
 	if c.BasicAuth != nil {
 		switch {

@@ -75,6 +75,8 @@ type Admin interface {
 	// TableHealth reads the tables' storage and the vacuum horizon from
 	// the catalog and statistics, without scanning a table (health.go).
 	TableHealth(ctx context.Context) (TableHealth, error)
+	// Replayer reads delivered events for a replay to a sink.
+	Replayer
 }
 
 // preSizeMax bounds the capacity a result slice is made with before its
@@ -85,3 +87,58 @@ const preSizeMax = 1024
 // PreSize returns the capacity to make a result slice with for a query
 // limited to limit rows; the slice grows past it as rows arrive.
 func PreSize(limit int) int { return min(max(limit, 0), preSizeMax) }
+
+// ReplayParams selects one keyset batch of delivered events to publish
+// again without changing them: processed rows of outbox_events and every
+// row of outbox_events_archive, merged in ID order.
+type ReplayParams struct {
+	// Filter narrows the events; its Status and MinAttempts are ignored
+	// (only delivered events are read).
+	Filter
+	AfterID int64 // keyset: only events with a greater ID
+	UpToID  int64 // only events with an ID at most this; required for ReplayBatch, 0 for no bound in CountReplay
+	Limit   int   // ReplayBatch only
+}
+
+// ReplayWindow is how many IDs past AfterID one ReplayBatch reads at most:
+// a bound on each statement's work, so that a filter that matches few rows
+// never turns one batch into a scan of the whole history (nor a plan that
+// sorts it). Whatever the filter, a replay reads each row once.
+func ReplayWindow(limit int) int64 { return int64(max(limit*20, 10000)) }
+
+// Replayer reads delivered events for a replay to a sink (Manager.ReplayTo).
+type Replayer interface {
+	// ReplayBatch returns up to p.Limit delivered events matching p with
+	// an ID in (p.AfterID, min(p.AfterID+ReplayWindow(p.Limit), p.UpToID)],
+	// in ID order, from the table and the archive read in one statement,
+	// so an event a relay archives between two batches is read once. next
+	// is the AfterID of the following batch: the last event's ID when the
+	// batch is full, else the window's end; the replay is done once next
+	// reaches p.UpToID.
+	ReplayBatch(ctx context.Context, p ReplayParams) (events []Event, next int64, err error)
+	// CountReplay counts the delivered events matching p.
+	CountReplay(ctx context.Context, p ReplayParams) (int64, error)
+	// MaxEventID returns the highest event ID in the table and the
+	// archive, 0 when both are empty.
+	MaxEventID(ctx context.Context) (int64, error)
+}
+
+// ReplayBounds is the ID range (after, upTo] of the ReplayBatch for p, and
+// the limit, for drivers to share one rule.
+func ReplayBounds(p ReplayParams) (after, upTo int64, limit int) {
+	limit = max(p.Limit, 1)
+	upTo = p.UpToID
+	if w := p.AfterID + ReplayWindow(limit); upTo <= 0 || w < upTo {
+		upTo = w
+	}
+	return p.AfterID, upTo, limit
+}
+
+// ReplayNext is the AfterID after a batch of n events (last the highest)
+// read within (after, upTo] with limit.
+func ReplayNext(n int, last, upTo int64, limit int) int64 {
+	if n >= limit {
+		return last
+	}
+	return upTo
+}

@@ -629,7 +629,27 @@
     if (params.get('before_id')) q.set('before_id', params.get('before_id'));
     q.set('limit', '50');
     const results = h('div', {}, h('p', { class: 'muted' }, 'Searching…'));
-    main.replaceChildren(h('h1', {}, 'Events'), h('section', { class: 'panel' }, form), h('section', { class: 'panel' }, results));
+    // Replay to the sink the server was started with (never one named
+    // here): the delivered events the filter selects, whatever its status
+    // field, after a confirmation that shows their count.
+    const replaySink = state.info.replay_sink;
+    const replayButton = (!replaySink || state.info.read_only) ? null : h('button', { class: 'secondary', id: 'replay-to-sink', onclick: async () => {
+      const filter = {};
+      for (const key of ['type', 'aggregate_type', 'aggregate_id', 'idempotency_key', 'created_after', 'created_before']) {
+        if (params.get(key)) filter[key] = params.get(key);
+      }
+      try {
+        const c = await api('events/replay-to-sink', { method: 'POST', body: { filter, dry_run: true } });
+        const ok = await ask({ title: `Replay ${plural(c.count, 'delivered event')} to ${c.sink}?`,
+          text: 'The processed and archived events this filter selects are published to that sink, in ID order, for a new consumer. Their status does not change; the relays and other consumers see nothing of it.',
+          ok: 'Replay' });
+        if (!ok) return;
+        const r = await api('events/replay-to-sink', { method: 'POST', body: { filter } });
+        toast(`Published ${plural(r.published, 'event')} to ${r.sink}`);
+      } catch (e) { if (!(e instanceof AuthError)) toast(e.message, true); }
+    } }, 'Replay to sink…');
+    main.replaceChildren(h('div', { class: 'row spread' }, h('h1', {}, 'Events'), replayButton),
+      h('section', { class: 'panel' }, form), h('section', { class: 'panel' }, results));
     const res = await api('events?' + q);
     if (stale(gen)) return;
     results.replaceChildren(

@@ -66,3 +66,48 @@ func ExampleSink_HandleAll() {
 	// erase user u-7
 	// all delivered: true
 }
+
+// memLedger is a HandlerLedger in memory, for the example; PostgresLedger
+// keeps the record in the database.
+type memLedger struct{ done map[int64][]string }
+
+func (l *memLedger) Succeeded(_ context.Context, ids []int64) (map[int64][]string, error) {
+	out := map[int64][]string{}
+	for _, id := range ids {
+		out[id] = l.done[id]
+	}
+	return out, nil
+}
+
+func (l *memLedger) RecordSuccess(_ context.Context, id int64, handler string) error {
+	l.done[id] = append(l.done[id], handler)
+	return nil
+}
+
+// Two listeners of one event type. The notification fails the first time,
+// so the event fails and is retried; with a ledger the retry runs only the
+// notification, not the audit again.
+func ExampleSink_HandleNamed() {
+	sink := handlersink.New(handlersink.Config{Ledger: &memLedger{done: map[int64][]string{}}})
+	mailDown := true
+	sink.HandleNamed("order.paid", "notify", func(ctx context.Context, e outbox.Event) error {
+		if mailDown {
+			mailDown = false
+			return errors.New("mail server down")
+		}
+		fmt.Println("receipt sent for", e.AggregateID)
+		return nil
+	})
+	sink.HandleNamed("order.paid", "audit", func(ctx context.Context, e outbox.Event) error {
+		fmt.Println("audit row for", e.AggregateID)
+		return nil
+	})
+	batch := []outbox.Event{{ID: 7, EventType: "order.paid", AggregateID: "o-1"}}
+	fmt.Println("first attempt:", sink.Publish(context.Background(), batch)[0])
+	fmt.Println("retry delivered:", sink.Publish(context.Background(), batch) == nil)
+	// Output:
+	// audit row for o-1
+	// first attempt: handlersink: handler "notify" for "order.paid" failed on event 7: mail server down
+	// receipt sent for o-1
+	// retry delivered: true
+}

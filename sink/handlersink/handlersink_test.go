@@ -16,7 +16,13 @@ import (
 	"github.com/outboxkit/outbox/sinktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The shared test pool of the ledger tests lives for the whole test binary.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	)
+}
 
 // recorder is a handler that remembers the events it was given.
 type recorder struct {

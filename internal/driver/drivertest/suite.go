@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReadOnlyDatabaseRefusesWithErrReadOnly", testReadOnly},
 		{"RetentionModes", testRetentionModes},
 		{"ArchiveKeepsExistingIDs", testArchiveKeepsExistingIDs},
+		{"ReplayReadsTableAndArchiveInIDOrder", testReplay},
 		{"Purge", testPurge},
 		{"LeaseAcquireRenewStealRelease", testLease},
 		{"LeaseRaceHasOneWinner", testLeaseRace},

@@ -1,5 +1,7 @@
 package pgdriver
 
+import "github.com/outboxkit/outbox/internal/driver"
+
 // ClaimSQL exposes the claim statement to plan tests.
 func ClaimSQL(d *Driver) string { return d.q.claim }
 
@@ -20,4 +22,9 @@ func DeadLetterSQL(d *Driver) (schedule, retry string) {
 // first try, then the whole-backlog one), block policy, to plan tests.
 func OrderedClaimSQL(d *Driver) (window, full string) {
 	return d.ordered[0].claimWindow, d.ordered[0].claim
+}
+
+// ReplayBatchSQL exposes a replay read's statement to plan tests.
+func ReplayBatchSQL(d *Driver, p driver.ReplayParams) (string, []any, error) {
+	return d.replayBatchSQL(p)
 }

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/outboxadmin"
+	"github.com/outboxkit/outbox/sink/webhooksink"
 )
 
 // Environment variables the admin command reads as flag defaults.
@@ -50,6 +52,9 @@ func (a *app) adminCommand() *cobra.Command {
 		cfg  outboxadmin.Config
 		user string
 		pass string
+		// replaySink is the one sink the dashboard may replay delivered
+		// events to; the browser never names one.
+		replaySink string
 	)
 	cmd := &cobra.Command{
 		Use:   "admin [--addr 127.0.0.1:8080]",
@@ -66,7 +71,13 @@ Without authentication it answers only requests for localhost, 127.0.0.1,
 [::1], the --addr host and --allowed-hosts, so a web page whose domain
 resolves to 127.0.0.1 (DNS rebinding) cannot reach it through the browser.
 Serve it over TLS (a reverse proxy) when it leaves the machine. Every action
-is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
+is logged with who made it. It stops gracefully on SIGINT or SIGTERM.
+
+With --replay-sink URL the event browser offers "Replay to sink…": the
+delivered events a search selects are published to that sink (as
+outbox events replay --sink does), after a confirmation showing their
+count. The sink is fixed when the server starts; the API never takes a sink
+or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.`,
 		Example: "  outbox admin\n  OUTBOX_ADMIN_TOKEN=$(openssl rand -hex 32) outbox admin --addr :8080",
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
@@ -104,6 +115,14 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 				return a.tableError(err)
 			}
 			cfg.Logger = a.logger
+			if replaySink != "" {
+				sink, name, closeSink, err := a.openReplaySink(cmd.Context(), replaySink)
+				if err != nil {
+					return err
+				}
+				defer closeSink()
+				cfg.ReplaySink, cfg.ReplaySinkName = sink, name
+			}
 			h, err := outboxadmin.New(cfg)
 			if err != nil {
 				return adminConfigError(err)
@@ -120,7 +139,38 @@ is logged with who made it. It stops gracefully on SIGINT or SIGTERM.`,
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without authentication, host names (host or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --addr; others get 403 (DNS rebinding)")
 	f.StringVar(&cfg.BasePath, "base-path", outboxadmin.BasePathDefault, "path prefix to serve under, such as /outbox behind a proxy")
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", outboxadmin.SampleIntervalDefault, "how often the charts get a point")
+	f.StringVar(&replaySink, "replay-sink", "", "a sink URL (as outbox relay --sink takes it) the dashboard may replay delivered events to, for a new consumer; fixed at start, never taken from a request")
 	return cmd
+}
+
+// openReplaySink opens the dashboard's replay sink with the relay's sink
+// defaults and $OUTBOX_WEBHOOK_SECRET, and names it without credentials.
+func (a *app) openReplaySink(ctx context.Context, raw string) (outbox.Sink, string, func(), error) {
+	if _, err := parseSinkScheme(raw); err != nil {
+		return nil, "", nil, renameSinkFlag(err)
+	}
+	so := sinkOptions{Timeout: outbox.SinkTimeoutDefault, Stdout: a.stderr, Logger: a.logger, Concurrency: webhooksink.ConcurrencyDefault,
+		WebhookSecret: os.Getenv(EnvWebhookSecret)}
+	a.redact.add(so.WebhookSecret)
+	desc := describeSink(raw, a.redact)
+	sink, err := openSink(ctx, raw, so, a.redact)
+	if err != nil {
+		return nil, "", nil, renameSinkFlag(describeSinkError(desc, err))
+	}
+	return sink, desc, func() {
+		if err := closeSink(sink); err != nil {
+			a.logger.Warn("closing the replay sink failed", "error", err)
+		}
+	}, nil
+}
+
+// renameSinkFlag says --replay-sink in an error about the --sink value.
+func renameSinkFlag(err error) error {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return &usageError{err: errors.New(strings.ReplaceAll(err.Error(), "--sink", "--replay-sink"))}
+	}
+	return err
 }
 
 func envDefault(v, env string) string {

@@ -19,13 +19,14 @@ type filterFlags struct {
 // filterFlagNames are the names register defines.
 var filterFlagNames = []string{"type", "aggregate-type", "aggregate-id", "created-after", "created-before"}
 
-// register defines the filter flags on fl.
-func (ff *filterFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&ff.f.EventType, "type", "", "with --status: only this event type")
-	fl.StringVar(&ff.f.AggregateType, "aggregate-type", "", "with --status: only this aggregate type")
-	fl.StringVar(&ff.f.AggregateID, "aggregate-id", "", "with --status: only this aggregate ID")
-	fl.StringVar(&ff.createdAfter, "created-after", "", "with --status: only events created at or after this RFC 3339 time")
-	fl.StringVar(&ff.createdBefore, "created-before", "", "with --status: only events created before this RFC 3339 time")
+// register defines the filter flags on fl; with names the flags they go
+// with, such as "--status".
+func (ff *filterFlags) register(fl *pflag.FlagSet, with string) {
+	fl.StringVar(&ff.f.EventType, "type", "", "with "+with+": only this event type")
+	fl.StringVar(&ff.f.AggregateType, "aggregate-type", "", "with "+with+": only this aggregate type")
+	fl.StringVar(&ff.f.AggregateID, "aggregate-id", "", "with "+with+": only this aggregate ID")
+	fl.StringVar(&ff.createdAfter, "created-after", "", "with "+with+": only events created at or after this RFC 3339 time")
+	fl.StringVar(&ff.createdBefore, "created-before", "", "with "+with+": only events created before this RFC 3339 time")
 }
 
 // given reports whether any filter flag was set.

@@ -16,10 +16,11 @@ func (a *app) eventsReplayCommand() *cobra.Command {
 		ff     filterFlags
 		dryRun bool
 		yes    bool
+		sf     replaySinkFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --status processed [filters]",
-		Short: "Send processed events back to pending to publish them again",
+		Use:   "replay ID... | --status processed [filters] | --sink URL [filters]",
+		Short: "Send processed events back to pending, or publish delivered events to a sink",
 		Long: `replay sends processed events back to pending with their attempts reset, so
 the relay publishes them again (consumers see the same event ID twice and
 drop the duplicate unless they want it).
@@ -33,11 +34,37 @@ and changes nothing. Many events are replayed in batches, with progress
 
 For IDs it reports each one it replayed and, for each one it did not, why
 (not found, or its status); it exits 1 when any named event was not replayed.
-Events a relay deleted or archived (its Retention setting) cannot be replayed.`,
+Events a relay deleted or archived (its Retention setting) cannot be replayed
+this way.
+
+With --sink URL, replay does not touch the events: it publishes the
+delivered ones (processed, and archived by a relay with --retention
+archive) straight to that sink, in ID order, for feeding a new consumer the
+history it missed; the relays and the other consumers see nothing of it.
+The sink URL and its settings (--route, --route-rule, --source,
+--webhook-secret, …) are the relay's, and --config supplies them as it does
+for the relay, except the sink URL. The filters select events as above,
+--since and --until being --created-after and --created-before; with no
+filter the whole history is sent, which needs --yes. --dry-run counts the
+events. --rate bounds the events per second. It reads in batches of
+--batch-size on the ID (keyset), up to the highest ID when it started, so
+it ends even while events are written. A refused event is
+published again a few times, then the replay stops. It prints one line,
+"published N events to SINK; last ID L" (with --json one JSON object), also
+when it stops early (Ctrl-C, a refusal, exit 1): every selected event up to
+L was published, so --after-id L resumes it. Progress shows on a terminal.`,
 		Example: "  outbox events replay 42 43\n" +
 			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z --dry-run\n" +
-			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z",
+			"  outbox events replay --status processed --type order.created --created-after 2025-01-31T00:00:00Z\n" +
+			"  outbox events replay --sink 'nats://127.0.0.1:4222?stream=ORDERS' --type 'order.created' --since 2025-01-01T00:00:00Z --dry-run\n" +
+			"  outbox events replay --sink https://new-consumer.example.com/hooks --webhook-secret \"$SECRET\" --yes --rate 500 --after-id 41872",
 		RunE: run(func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("sink") {
+				return a.replayToSink(cmd, args, status, &ff, &sf, dryRun, yes)
+			}
+			if name := sf.misplaced(cmd); name != "" {
+				return usagef("--%s goes with --sink (publish to a sink); without --sink replay sends events back to pending", name)
+			}
 			filtered := ff.given(cmd)
 			bulk := status != "" || filtered
 			switch {
@@ -89,9 +116,10 @@ Events a relay deleted or archived (its Retention setting) cannot be replayed.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&status, "status", "", "replay every event in this status that the filters select (only processed)")
-	ff.register(fl)
-	fl.BoolVar(&dryRun, "dry-run", false, "with --status: count the events it would replay and change nothing")
-	fl.BoolVar(&yes, "yes", false, "with --status and no filter: replay the whole history")
+	ff.register(fl, "--status or --sink")
+	fl.BoolVar(&dryRun, "dry-run", false, "with --status or --sink: count the events it would replay and change or send nothing")
+	fl.BoolVar(&yes, "yes", false, "with --status or --sink and no filter: replay the whole history")
+	sf.register(fl)
 	return cmd
 }
 

@@ -90,7 +90,7 @@ its status); it exits 1 when any named event was not retried.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&status, "status", "", "retry every event in this status that the filters select (only failed)")
-	ff.register(fl)
+	ff.register(fl, "--status")
 	fl.BoolVar(&dryRun, "dry-run", false, "with --status: count the events it would retry and change nothing")
 	return cmd
 }
