@@ -23,8 +23,7 @@ const (
 	// follow the order the events were written in (see the README,
 	// "Guarantees"), across any number of relays and workers, crashes,
 	// lease expiries and retries. Events without an aggregate ID are not
-	// ordered. PostgreSQL and SQLite for now (schema migration 7), not
-	// MySQL/MariaDB.
+	// ordered. PostgreSQL, SQLite and MySQL/MariaDB (schema migration 7).
 	OrderingAggregate Ordering = "aggregate"
 )
 
@@ -97,7 +96,7 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 		return nil
 	}
 	if oc, ok := r.drv.(driver.OrderedClaimer); !ok || oc.OrderingSupported() != nil {
-		return fmt.Errorf("outbox: relay: ordering %q is supported on PostgreSQL and SQLite only for now; use ordering none on this database", OrderingAggregate)
+		return fmt.Errorf("outbox: relay: ordering %q is not supported by this database driver; use ordering none", OrderingAggregate)
 	}
 	v, err := r.drv.SchemaVersion(ctx)
 	if err != nil {

@@ -94,7 +94,7 @@ func testOrderingRefused(t *testing.T, h Harness) {
 	r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: outbox.SinkFunc(nil), Ordering: outbox.OrderingAggregate})
 	require.NoError(t, err)
 	err = r.Start(b.ctx)
-	require.ErrorContains(t, err, "supported on PostgreSQL and SQLite only for now")
+	require.ErrorContains(t, err, "not supported by this database driver")
 }
 
 // A claim takes every key's events from its head on, in order; another

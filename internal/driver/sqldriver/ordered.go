@@ -237,6 +237,7 @@ LIMIT ?`+d.d.ForUpdateSkipLocked(), max(p.BatchSize/2, 1))
 	}
 	return heads, seqs, now.Time, rows.Err()
 }
+
 // orderedPick returns the first suspect head alone, or nil when no head is
 // a suspect.
 func (d *Driver) orderedPick(heads []driver.Event) []driver.Event {
