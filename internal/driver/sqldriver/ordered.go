@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
@@ -194,25 +195,78 @@ WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending'`, upd...)
 	return claim, err
 }
 
-// heads reads and locks up to half the batch size of due pending events
-// that are first of their key, in due order, and the database clock. With a
-// per-key sequence each head's key_seq comes along, by ID.
+// orderedState is what ClaimOrdered remembers between claims.
+type orderedState struct {
+	fullAt  atomic.Int64 // when the last whole-backlog search ran, Unix ns
+	clogged atomic.Bool  // it found heads the window had not
+}
+
+// orderedWindow is how many due pending events, per event of the batch
+// size, the first search for heads looks at.
+const orderedWindow = 2
+
+// orderedFullEvery bounds how often an ordered claim searches the whole
+// backlog for heads when its window finds none and is not known to be
+// clogged.
+const orderedFullEvery = time.Second
+
+// heads finds and locks up to half the batch size of due pending events
+// that are first of their key, in due order, and reads the database clock.
+// With a per-key sequence each head's key_seq comes along, by ID.
+//
+// The search reads without locking, first among the window of the first
+// due pending events (orderedWindow times the batch size), then, when that
+// finds nothing, in the whole backlog, at most once per orderedFullEvery
+// unless the last such search found heads the window missed (a window
+// clogged with blocked keys' events): while every due key is in flight,
+// every pending event is a follower, and the whole search costs a probe of
+// each. The heads found are then locked by ID with SKIP LOCKED (MySQL; on
+// SQLite the claim holds the write lock) and read again: one another claim
+// took in between is passed over. A head stays a head until it is claimed:
+// what comes before it in its key committed before it (key_seq, or IDs in
+// commit order), so nothing can appear there.
 func (d *Driver) heads(ctx context.Context, tx Tx, k keyOrder, p driver.OrderedClaimParams) ([]driver.Event, map[int64]int64, time.Time, error) {
-	seqCol := ""
-	if k.seq {
-		seqCol = `, e.key_seq`
-	}
-	// On MySQL the pending index is forced, read in its order and locked
-	// with SKIP LOCKED: the claim locks what it returns (and, for a moment,
-	// each row it tests) and never waits for another relay.
-	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns("e.")+`, `+d.d.Now()+seqCol+`
-FROM `+d.table+` e`+d.d.Index("outbox_events_pending_idx")+`
+	search := func(from string, args ...any) ([]int64, error) {
+		return queryIDs(ctx, tx, `SELECT e.id
+FROM `+from+`
 WHERE e.status = 'pending' AND e.available_at <= `+d.d.Now()+`
   AND (e.aggregate_id IS NULL OR NOT EXISTS (
       SELECT 1 FROM `+d.table+` o`+d.keyIndex()+`
       WHERE `+k.match("o", "e")+` AND `+k.unfinished("o", p.Skip)+` AND `+k.before("o", "e")+`))
 ORDER BY e.available_at, e.id
-LIMIT ?`+d.d.ForUpdateSkipLocked(), max(p.BatchSize/2, 1))
+LIMIT ?`, append(args, max(p.BatchSize/2, 1))...)
+	}
+	ids, err := search(`(
+    SELECT w.id FROM `+d.table+` w`+d.d.Index("outbox_events_pending_idx")+`
+    WHERE w.status = 'pending' AND w.available_at <= `+d.d.Now()+`
+    ORDER BY w.available_at, w.id
+    LIMIT ?
+) win
+JOIN `+d.table+` e ON e.id = win.id`, p.BatchSize*orderedWindow)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	st := &d.ordered
+	if len(ids) == 0 && (st.clogged.Load() || time.Since(time.Unix(0, st.fullAt.Load())) >= orderedFullEvery) {
+		st.fullAt.Store(time.Now().UnixNano())
+		if ids, err = search(d.table + ` e` + d.d.Index("outbox_events_pending_idx")); err != nil {
+			return nil, nil, time.Time{}, err
+		}
+		st.clogged.Store(len(ids) > 0)
+	} else if len(ids) > 0 {
+		st.clogged.Store(false)
+	}
+	if len(ids) == 0 {
+		return nil, nil, time.Time{}, nil
+	}
+	seqCol := ""
+	if k.seq {
+		seqCol = `, key_seq`
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+d.cols+`, `+d.d.Now()+seqCol+`
+FROM `+d.table+d.d.ByID()+`
+WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending' AND available_at <= `+d.d.Now()+`
+ORDER BY available_at, id`+d.d.ForUpdateSkipLocked(), int64Args(ids)...)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
