@@ -25,6 +25,11 @@ type OrderedClaimParams struct {
 	// of its aggregate (RelayConfig.OrderedFailure = skip); by default it
 	// holds them until it is retried, discarded while pending, or deleted.
 	Skip bool
+	// MaxBytes, when positive, bounds the payload and header bytes of the
+	// batch as ClaimParams.MaxBytes does (the first event is always
+	// taken); the batch is cut as a prefix of its publish order, so each
+	// key keeps a prefix of its run.
+	MaxBytes int64
 }
 
 // OrderedClaimer is implemented by drivers that can claim by aggregate

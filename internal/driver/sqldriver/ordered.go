@@ -2,6 +2,7 @@ package sqldriver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -161,6 +162,19 @@ func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) 
 				return err
 			}
 			pick = pickRuns(heads, runs, p.BatchSize)
+		}
+		if p.MaxBytes > 0 {
+			// A prefix of the publish order: each key keeps a prefix of
+			// its run. The headers count as their JSON text, as stored.
+			sizes := make([]int64, len(pick))
+			for i, e := range pick {
+				h, err := json.Marshal(e.Headers)
+				if err != nil {
+					return err
+				}
+				sizes[i] = int64(len(e.Payload) + len(h))
+			}
+			pick = pick[:driver.FitBudget(sizes, p.MaxBytes)]
 		}
 		lockedUntil, err := d.parseStored(d.d.FormatTime(now.Add(p.Lease)))
 		if err != nil {
