@@ -46,6 +46,7 @@ func TestMySQLOrderedOutOfIDOrderCommits(t *testing.T) {
 	require.NoError(t, conn.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&t2ID))
 	t2, err := conn.BeginTx(ctx, nil)
 	require.NoError(t, err)
+	defer func() { _ = t2.Rollback() }()
 	type result struct {
 		ids []int64
 		err error
@@ -58,16 +59,25 @@ func TestMySQLOrderedOutOfIDOrderCommits(t *testing.T) {
 		}
 		done <- result{res.IDs, err}
 	}()
+	var r result
 	testutil.WaitFor(t, 10*time.Second, "T2 waits on key a's row", func() bool {
+		select {
+		case r = <-done:
+			require.Failf(t, "T2 did not wait for T1", "ids %v, err %v", r.ids, r.err)
+		default:
+		}
+		// The trigger's upsert of a's row, a second in: waiting on T1.
+		// (INNODB_TRX did not list T2 while it waited, on MariaDB 10.11
+		// under load; the process list does.)
 		var n int
-		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.INNODB_TRX
-WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'`, t2ID).Scan(&n))
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.PROCESSLIST
+WHERE ID = ? AND INFO LIKE 'INSERT INTO `+"`outbox_keys`"+`%' AND TIME >= 1`, t2ID).Scan(&n))
 		return n == 1
 	})
 	second, err := w.WriteSQL(ctx, t1, msg("a"))
 	require.NoError(t, err)
 	require.NoError(t, t1.Commit())
-	r := <-done
+	r = <-done
 	require.NoError(t, r.err)
 	late := r.ids[1]
 	require.Less(t, late, second.IDs[0], "T2's event of a has the lower ID but committed last")

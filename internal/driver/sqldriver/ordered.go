@@ -1,6 +1,7 @@
 package sqldriver
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -279,8 +280,7 @@ JOIN `+d.table+` e ON e.id = win.id`, p.BatchSize*orderedWindow)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT `+d.cols+`, `+d.d.Now()+seqCol+`
 FROM `+d.table+d.d.ByID()+`
-WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending' AND available_at <= `+d.d.Now()+`
-ORDER BY available_at, id`+d.d.ForUpdateSkipLocked(), int64Args(ids)...)
+WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending' AND available_at <= `+d.d.Now()+d.d.ForUpdateSkipLocked(), int64Args(ids)...)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
@@ -303,6 +303,11 @@ ORDER BY available_at, id`+d.d.ForUpdateSkipLocked(), int64Args(ids)...)
 		seqs[e.ID] = seq
 		heads = append(heads, e)
 	}
+	// In due order, sorted here: MySQL would sort the LONGTEXT rows in a
+	// temporary table.
+	slices.SortFunc(heads, func(a, b driver.Event) int {
+		return cmp.Or(a.AvailableAt.Compare(b.AvailableAt), cmp.Compare(a.ID, b.ID))
+	})
 	return heads, seqs, now.Time, rows.Err()
 }
 
@@ -404,24 +409,38 @@ LIMIT ?)`)
 	if len(parts) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, strings.Join(parts, "\nUNION ALL\n")+"\nORDER BY head, s, id", args...)
+	// No ORDER BY over the union: sorting rows that carry LONGTEXT
+	// columns takes an on-disk temporary table on MariaDB (ten times the
+	// statement's time). Each part comes in order from its index range;
+	// the rows are sorted here all the same.
+	rows, err := tx.QueryContext(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	out := map[int64][]orderedFollower{}
+	type row struct {
+		f         orderedFollower
+		head, seq int64
+	}
+	var got []row
 	for rows.Next() {
-		var (
-			f    orderedFollower
-			head int64
-			seq  int64
-		)
-		if f.event, err = scanEvent(rows, &head, &f.ok, &seq); err != nil {
+		var r row
+		if r.f.event, err = scanEvent(rows, &r.head, &r.f.ok, &r.seq); err != nil {
 			return nil, err
 		}
-		out[head] = append(out[head], f)
+		got = append(got, r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(got, func(a, b row) int {
+		return cmp.Or(cmp.Compare(a.head, b.head), cmp.Compare(a.seq, b.seq), cmp.Compare(a.f.event.ID, b.f.event.ID))
+	})
+	out := map[int64][]orderedFollower{}
+	for _, r := range got {
+		out[r.head] = append(out[r.head], r.f)
+	}
+	return out, nil
 }
 
 // pickRuns lays out the batch: each head in due order followed by the
