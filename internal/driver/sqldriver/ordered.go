@@ -104,7 +104,7 @@ func (k keyOrder) before(a, b string) string {
 	return a + `.id < ` + b + `.id`
 }
 
-// index forces the key-order index on MySQL, whose optimizer may prefer a
+// keyIndex forces the key-order index on MySQL, whose optimizer may prefer a
 // status index otherwise.
 func (d *Driver) keyIndex() string {
 	if d.keys().seq {
@@ -118,19 +118,20 @@ func (d *Driver) keyIndex() string {
 // The claim returns nothing; the next one reads afresh.
 var errClaimRaced = errors.New("an event changed during the ordered claim")
 
-// ClaimOrdered leases a batch that keeps per-aggregate order. Three
-// statements in one transaction:
+// ClaimOrdered leases a batch that keeps per-aggregate order, in one
+// transaction:
 //
-//   - heads: up to half the batch size of due pending events with no
-//     unfinished event of their key before them (one probe of
-//     outbox_events_key_order_idx each), in due order;
+//   - heads (two statements, see heads): up to half the batch size of due
+//     pending events with no unfinished event of their key before them
+//     (one probe of outbox_events_key_order_idx each), in due order;
 //   - runs: for the heads with a key, the events of the key that follow
 //     the head, at most the batch size over the number of heads each,
 //     with whether each can go now (pending, due, not a suspect);
 //   - the update of the IDs picked: a suspect head (lease expiry on
 //     record) alone, as in the unordered claim; otherwise the heads in due
 //     order, each followed by its run up to the first event that cannot go,
-//     cut at the batch size (a cut run is a prefix: still in order).
+//     cut at the batch size (a cut run is a prefix: still in order), and
+//     with a byte budget where the running total passes it.
 //
 // On SQLite the claim runs under the database's one write lock, so it sees
 // every committed event and no other claim runs at the same time. On MySQL
