@@ -181,12 +181,12 @@ SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 FROM claimed ORDER BY o
 	// the heads taken from it are not sorted again (ranked orders them), so
 	// the scan stops once it has found enough.
 	window := `(
-        SELECT w.id FROM `+t+` w
+        SELECT w.id FROM ` + t + ` w
         WHERE w.status = 'pending' AND w.available_at <= now()
         ORDER BY w.available_at, w.id
-        LIMIT $1 * `+strconv.Itoa(orderedWindow)+`
+        LIMIT $1 * ` + strconv.Itoa(orderedWindow) + `
     ) win
-    JOIN `+t+` e ON e.id = win.id`
+    JOIN ` + t + ` e ON e.id = win.id`
 	q.claimWindow = claim(window, "", false)
 	q.claimWindowBudget = claim(window, "", true)
 	q.claim = claim(t+" e", "ORDER BY e.available_at, e.id", false)
