@@ -162,7 +162,7 @@ type RelayConfig struct {
 	// disjoint patterns can serve different sinks from one table.
 	EventTypes []string
 	// Ordering says whether the relay keeps per-aggregate order
-	// (OrderingAggregate; PostgreSQL only for now). Defaults to
+	// (OrderingAggregate; schema migration 7). Defaults to
 	// OrderingNone.
 	Ordering Ordering
 	// OrderedFailure is what an aggregate's later events do once its first

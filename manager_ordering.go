@@ -7,7 +7,8 @@ import (
 )
 
 // ErrOrderingUnsupported is returned by what needs per-aggregate ordering on
-// a database that does not support it yet (MySQL/MariaDB).
+// a database driver that cannot keep it. PostgreSQL, SQLite and
+// MySQL/MariaDB all can (schema migration 7).
 var ErrOrderingUnsupported = driver.ErrOrderingUnsupported
 
 // BlockedAggregate is an aggregate whose later events wait, in ordered

@@ -23,8 +23,7 @@ const (
 	// follow the order the events were written in (see the README,
 	// "Guarantees"), across any number of relays and workers, crashes,
 	// lease expiries and retries. Events without an aggregate ID are not
-	// ordered. PostgreSQL and SQLite for now (schema migration 7), not
-	// MySQL/MariaDB.
+	// ordered. PostgreSQL, SQLite and MySQL/MariaDB (schema migration 7).
 	OrderingAggregate Ordering = "aggregate"
 )
 
@@ -78,11 +77,11 @@ func (c RelayConfig) validateOrdering() error {
 		}
 		return nil
 	}
-	switch {
-	case len(c.EventTypes) > 0:
-		return &ConfigError{Field: "EventTypes", Err: fmt.Errorf("is set with Ordering aggregate, which does not support an event type filter yet: run one ordered relay fleet for every type")}
-	case c.MaxBatchBytes > 0:
-		return &ConfigError{Field: "MaxBatchBytes", Err: fmt.Errorf("is set with Ordering aggregate, which does not support a byte budget yet: lower BatchSize instead")}
+	if len(c.EventTypes) > 0 {
+		// A key's order runs across its event types: a relay serving some
+		// types would have to wait for events only other relays send, and
+		// a key would stop for good at an event of a type no relay serves.
+		return &ConfigError{Field: "EventTypes", Err: fmt.Errorf("is set with Ordering aggregate, which does not support an event type filter: a key's order spans its event types, so relays split by type would wait on each other and a key would stall at a type no relay serves; run one ordered relay fleet for all types and send types to different destinations (outbox relay --route-rule, a route.Router in a broker sink)")}
 	}
 	return nil
 }
@@ -97,7 +96,7 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 		return nil
 	}
 	if oc, ok := r.drv.(driver.OrderedClaimer); !ok || oc.OrderingSupported() != nil {
-		return fmt.Errorf("outbox: relay: ordering %q is supported on PostgreSQL and SQLite only for now; use ordering none on this database", OrderingAggregate)
+		return fmt.Errorf("outbox: relay: ordering %q is not supported by this database driver; use ordering none", OrderingAggregate)
 	}
 	v, err := r.drv.SchemaVersion(ctx)
 	if err != nil {
@@ -113,7 +112,7 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 // claimOrdered leases a batch that keeps per-aggregate order.
 func (r *Relay) claimOrdered(ctx context.Context, size int) (driver.Claim, error) {
 	return r.drv.(driver.OrderedClaimer).ClaimOrdered(ctx, driver.OrderedClaimParams{RelayID: r.cfg.RelayID,
-		BatchSize: size, Lease: r.cfg.Lease, Skip: r.cfg.OrderedFailure == OrderedFailureSkip})
+		BatchSize: size, Lease: r.cfg.Lease, Skip: r.cfg.OrderedFailure == OrderedFailureSkip, MaxBytes: int64(r.cfg.MaxBatchBytes)})
 }
 
 // leaseMargin is how long before its lease's end, by this process's clock,

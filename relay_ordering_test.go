@@ -312,10 +312,13 @@ func TestRelayOrderingConfig(t *testing.T) {
 		{outbox.RelayConfig{Ordering: outbox.OrderingAggregate, OrderedFailure: "drop"}, `OrderedFailure: unknown policy "drop": use block or skip`},
 		{outbox.RelayConfig{OrderedFailure: outbox.OrderedFailureSkip}, "OrderedFailure: is skip, but Ordering is none"},
 		{outbox.RelayConfig{Ordering: outbox.OrderingAggregate, EventTypes: []string{"a.*"}}, "EventTypes: is set with Ordering aggregate"},
-		{outbox.RelayConfig{Ordering: outbox.OrderingAggregate, MaxBatchBytes: 1000}, "MaxBatchBytes: is set with Ordering aggregate"},
 	} {
 		tc.cfg.Sink = sink
 		_, err := outbox.NewRelay(outbox.Postgres(testutil.Pool(t)), tc.cfg)
 		require.ErrorContains(t, err, tc.want)
 	}
+	// A byte budget cuts an ordered batch as a prefix of its publish order
+	// (drivertest OrderedClaimKeepsWithinByteBudget).
+	_, err := outbox.NewRelay(outbox.Postgres(testutil.Pool(t)), outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, MaxBatchBytes: 1000})
+	require.NoError(t, err)
 }

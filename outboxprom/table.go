@@ -65,7 +65,7 @@ func newTableCollector(cfg Config) *tableCollector {
 			"Seconds the oldest due pending event has waited: the publisher's lag. 0 when nothing is due.",
 			nil, labels),
 		blocked: prometheus.NewDesc("outbox_blocked_aggregates",
-			"Aggregates whose ordered delivery (relay --ordering aggregate) waits behind a failed first event, dead-lettered or waiting for a retry, as the block policy counts them (PostgreSQL and SQLite; sampled like outbox_events).",
+			"Aggregates whose ordered delivery (relay --ordering aggregate) waits behind a failed first event, dead-lettered or waiting for a retry, as the block policy counts them (sampled like outbox_events).",
 			nil, labels),
 		health: newHealthDescs(labels),
 		dlq:    newDLQDescs(labels),

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -240,18 +241,16 @@ func TestOrderedRelaysSIGKILLKeepOrder(t *testing.T) {
 	fleet.stopAll(t)
 }
 
-// --ordering aggregate is not on MySQL/MariaDB yet: there the relay refuses
-// to start with one line saying so; bad values are usage errors.
+// Bad ordering values are usage errors, and so is ordering with a type
+// filter.
 func TestRelayOrderingFlags(t *testing.T) {
 	t.Parallel()
-	requireFail(t, run(t, nil, "--database-url", "mysql://root@127.0.0.1:3306/test", "relay", "--sink", "stdout:", "--ordering", "aggregate"),
-		2, "--ordering aggregate is supported on PostgreSQL and SQLite only for now, not on mysql: use --ordering none")
 	requireFail(t, run(t, nil, "relay", "--sink", "stdout:", "--ordering", "sideways"),
 		2, `invalid --ordering "sideways": use none or aggregate`)
 	requireFail(t, run(t, nil, "relay", "--sink", "stdout:", "--ordered-failure", "skip"),
 		2, "--ordered-failure skip needs --ordering aggregate")
 	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:", "--ordering", "aggregate", "--event-types", "a.*"),
-		2, "--event-types", "does not support an event type filter yet")
+		2, "--event-types", "does not support an event type filter: a key's order spans its event types")
 }
 
 // The same on SQLite: two ordered relays (the real binary) on one file,
@@ -262,11 +261,33 @@ func TestRelayOrderingFlags(t *testing.T) {
 func TestOrderedRelaysSIGKILLKeepOrderSQLite(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "app.db")
-	url := "sqlite://" + path
+	testOrderedSQLFleet(t, "sqlite://"+path, drivertest.OpenSQLiteFile(t, path), outbox.DialectSQLite, false)
+}
+
+// The same on MariaDB, where writers share keys: two writers' transactions
+// on one key run at once, and the second waits on the key's row (migration
+// 7's trigger) until the first ends, so the commit order is the key_seq
+// order; the test takes it from there, and checks that each writer's own
+// commits of a key come in that order.
+func TestOrderedRelaysSIGKILLKeepOrderMariaDB(t *testing.T) {
+	t.Parallel()
+	name, db := drivertest.MySQLDatabase(t)
+	testOrderedSQLFleet(t, mariaDBURL(t, name), db, outbox.DialectMariaDB, true)
+}
+
+// testOrderedSQLFleet runs two ordered relays and two writers on a
+// database/sql database. With shared, the writers write the same keys, and
+// each key's commit order is read back from key_seq (MySQL/MariaDB).
+func testOrderedSQLFleet(t *testing.T, url string, db *sql.DB, dialect outbox.Dialect, shared bool) {
 	requireOK(t, run(t, nil, "--database-url", url, "migrate"))
-	db := drivertest.OpenSQLiteFile(t, path)
 	ctx := context.Background()
-	mgr := outbox.NewManager(outbox.SQLite(db), outbox.ManagerConfig{})
+	var database outbox.Database
+	if dialect == outbox.DialectSQLite {
+		database = outbox.SQLite(db)
+	} else {
+		database = outbox.MySQL(db)
+	}
+	mgr := outbox.NewManager(database, outbox.ManagerConfig{})
 	srv := newOrderEndpoint(t)
 	relayArgs := func(id string) []string {
 		return []string{"--database-url", url, "relay", "--sink", srv.URL, "--relay-id", id,
@@ -283,12 +304,15 @@ func TestOrderedRelaysSIGKILLKeepOrderSQLite(t *testing.T) {
 		committed[w] = map[string][]int64{}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
-			writer := outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectSQLite})
+			writer := outbox.NewWriter(outbox.WriterConfig{Dialect: dialect})
 			tick := time.NewTicker(20 * time.Millisecond)
 			defer tick.Stop()
 			for end := time.Now().Add(4 * time.Second); time.Now().Before(end); <-tick.C {
 				var msgs []outbox.Message
 				key := fmt.Sprintf("k%d", w+writers*rng.IntN(keys/writers)) // this writer's keys only
+				if shared {
+					key = fmt.Sprintf("k%d", rng.IntN(keys/4))
+				}
 				for range 1 + rng.IntN(3) {
 					msgs = append(msgs, outbox.Message{EventType: "order.changed", AggregateType: "order",
 						AggregateID: key, Payload: map[string]int{"n": len(msgs)}})
@@ -308,7 +332,37 @@ func TestOrderedRelaysSIGKILLKeepOrderSQLite(t *testing.T) {
 	}
 	wg.Wait()
 	kills := fleet.stopKilling()
-	want, total := mergeCommitted(committed)
+	var want map[string][]int64
+	total := 0
+	if shared {
+		want = map[string][]int64{}
+		rows, err := db.QueryContext(ctx, "SELECT aggregate_id, id FROM outbox_events ORDER BY aggregate_id, key_seq, id")
+		require.NoError(t, err)
+		for rows.Next() {
+			var (
+				key string
+				id  int64
+			)
+			require.NoError(t, rows.Scan(&key, &id))
+			want[key] = append(want[key], id)
+			total++
+		}
+		require.NoError(t, rows.Err())
+		for _, c := range committed {
+			for key, ids := range c {
+				require.Subset(t, want[key], ids)
+				pos := map[int64]int{}
+				for i, id := range want[key] {
+					pos[id] = i
+				}
+				for i := 1; i < len(ids); i++ {
+					require.Less(t, pos[ids[i-1]], pos[ids[i]], "key %s: a writer's commits in key_seq order", key)
+				}
+			}
+		}
+	} else {
+		want, total = mergeCommitted(committed)
+	}
 	var last outbox.Stats
 	testutil.WaitFor(t, 60*time.Second, "every committed event processed", func() bool {
 		s, err := mgr.Stats(ctx)

@@ -7,12 +7,13 @@ import (
 )
 
 // OrderedVersion is the migration that adds what OrderedClaimer needs: the
-// key-order index (and on PostgreSQL the txid column).
+// key-order index (and on PostgreSQL the txid column, on MySQL/MariaDB the
+// key_seq column, its trigger and outbox_keys).
 const OrderedVersion = 7
 
 // ErrOrderingUnsupported is returned by what needs per-aggregate ordering on
-// a database that does not support it yet (MySQL/MariaDB).
-var ErrOrderingUnsupported = errors.New("per-aggregate ordering is supported on PostgreSQL and SQLite only for now")
+// a driver that cannot keep it (the three built-in databases all can).
+var ErrOrderingUnsupported = errors.New("per-aggregate ordering is not supported by this database driver")
 
 // OrderedClaimParams selects and leases a batch that keeps per-aggregate
 // order.
@@ -24,11 +25,15 @@ type OrderedClaimParams struct {
 	// of its aggregate (RelayConfig.OrderedFailure = skip); by default it
 	// holds them until it is retried, discarded while pending, or deleted.
 	Skip bool
+	// MaxBytes, when positive, bounds the payload and header bytes of the
+	// batch as ClaimParams.MaxBytes does (the first event is always
+	// taken); the batch is cut as a prefix of its publish order, so each
+	// key keeps a prefix of its run.
+	MaxBytes int64
 }
 
 // OrderedClaimer is implemented by drivers that can claim by aggregate
-// order (PostgreSQL, SQLite; the database/sql driver implements it for
-// MySQL too, where OrderingSupported refuses).
+// order (PostgreSQL, SQLite, MySQL/MariaDB).
 type OrderedClaimer interface {
 	// OrderingSupported returns nil when the database can keep the order,
 	// and ErrOrderingUnsupported otherwise; the other methods return that

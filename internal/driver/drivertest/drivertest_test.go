@@ -57,10 +57,10 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 // BenchmarkDrainOrdered is BenchmarkDrain with an ordered relay, the events
-// spread over 1,000 and over 10 aggregates, on the databases with ordering:
+// spread over 1,000 and over 10 aggregates, on each database:
 // go test -run '^$' -bench DrainOrdered -benchtime 3x ./internal/driver/drivertest/
 func BenchmarkDrainOrdered(b *testing.B) {
-	for _, h := range []drivertest.Harness{drivertest.Postgres(), drivertest.SQLite()} {
+	for _, h := range []drivertest.Harness{drivertest.Postgres(), drivertest.SQLite(), drivertest.MariaDB(outbox.DialectMariaDB)} {
 		for _, keys := range []int{1000, 10} {
 			b.Run(fmt.Sprintf("%s/keys=%d", h.Name, keys), func(b *testing.B) { drivertest.BenchDrainOrdered(b, h, keys) })
 		}

@@ -40,8 +40,7 @@ func MariaDB(dialect outbox.Dialect) Harness {
 		name = "mariadb-as-mysql"
 	}
 	return Harness{Name: name, SkipLocked: true, ExactJSON: true, LiveInsertCounter: true,
-		NoOrdering: "per-aggregate ordering is not on MySQL/MariaDB yet: concurrent transactions commit out of AUTO_INCREMENT order (see sqldriver.CommitOrderedIDs)",
-		Open:       func(t testing.TB, empty bool) *DB { return openMariaDB(t, empty, dialect) }}
+		Open: func(t testing.TB, empty bool) *DB { return openMariaDB(t, empty, dialect) }}
 }
 
 var unsafeName = regexp.MustCompile(`[^a-z0-9_]+`)

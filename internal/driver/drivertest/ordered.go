@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ var orderedTests = []struct {
 	{"OrderedFailedHeadHoldsItsKey", testOrderedFailedHead},
 	{"OrderedDiscardedHeadReleasesItsKey", testOrderedDiscardedHead},
 	{"OrderedRelaysKeepKeyOrder", testOrderedRelays},
+	{"OrderedClaimKeepsWithinByteBudget", testOrderedByteBudget},
 }
 
 // orderedClaimer returns the harness driver's ordered claimer, or skips the
@@ -94,7 +96,7 @@ func testOrderingRefused(t *testing.T, h Harness) {
 	r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: outbox.SinkFunc(nil), Ordering: outbox.OrderingAggregate})
 	require.NoError(t, err)
 	err = r.Start(b.ctx)
-	require.ErrorContains(t, err, "supported on PostgreSQL and SQLite only for now")
+	require.ErrorContains(t, err, "not supported by this database driver")
 }
 
 // A claim takes every key's events from its head on, in order; another
@@ -121,6 +123,36 @@ func testOrderedRuns(t *testing.T, h Harness) {
 	b.writeKeyed(t, "e", "e")
 	b.db.Exec(t, `UPDATE `+b.db.Table+` SET lease_expiries = 1 WHERE aggregate_id = 'e' AND status = 'pending'`)
 	require.Equal(t, []string{"e"}, aggregateIDs(claimOrderedSome(t, b, oc, 100, false)))
+}
+
+// With a byte budget the ordered batch is cut as a prefix of its publish
+// order: each key keeps a prefix of its run, in order; the first event is
+// taken even alone over the budget.
+func testOrderedByteBudget(t *testing.T, h Harness) {
+	b := setup(t, h)
+	oc := b.orderedClaimer(t, h)
+	msgs := make([]outbox.Message, 6)
+	for i := range msgs {
+		// About 1 KB each: keys a, a, a, b, b, b.
+		msgs[i] = outbox.Message{EventType: "e", AggregateType: "order", AggregateID: string(rune('a' + i/3)), Payload: strings.Repeat(fmt.Sprint(i), 1000)}
+	}
+	ids := b.write(t, msgs...).IDs
+	claim := func(maxBytes int64) []int64 {
+		t.Helper()
+		var c driver.Claim
+		testutil.WaitFor(t, 10*time.Second, "an ordered claim returns events", func() bool {
+			var err error
+			c, err = oc.ClaimOrdered(b.ctx, driver.OrderedClaimParams{RelayID: "r", BatchSize: 100, Lease: time.Minute, MaxBytes: maxBytes})
+			require.NoError(t, err)
+			return len(c.Events) > 0
+		})
+		return claimIDs(c)
+	}
+	require.Equal(t, ids[:2], claim(2500), "a's head and the next: a prefix of a's run")
+	require.Equal(t, ids[3:4], claim(1), "b's head alone over the budget; a's third waits for its key")
+	c, err := oc.ClaimOrdered(b.ctx, driver.OrderedClaimParams{RelayID: "r", BatchSize: 100, Lease: time.Minute, MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	require.Empty(t, c.Events, "both keys in flight")
 }
 
 // A head in backoff, or dead under the block policy, holds its key's later

@@ -109,6 +109,14 @@ func (d Dialect) KeepExisting(table string) string {
 	return "\nON DUPLICATE KEY UPDATE " + table + "." + d.Quote("id") + " = " + table + "." + d.Quote("id")
 }
 
+// KeySequence marks MySQL's events as ordered per key by key_seq, which
+// migration 7's trigger sets from a per-key row it keeps locked until the
+// writer's transaction ends (see sqldriver.KeySequenced): AUTO_INCREMENT
+// IDs do not follow commit order.
+func (Dialect) KeySequence() {}
+
+var _ sqldriver.KeySequenced = Dialect{}
+
 // ForUpdate locks the selected rows until the transaction ends.
 func (Dialect) ForUpdate() string { return " FOR UPDATE" }
 

@@ -17,6 +17,9 @@ var _ driver.OrderedClaimer = (*Driver)(nil)
 // policy (block, skip) so that each keeps a plan of its own.
 type orderedQueries struct {
 	claimWindow, claim, blocked, blockedCount string
+	// claimWindowBudget and claimBudget keep the batch within a byte
+	// budget ($4, RelayConfig.MaxBatchBytes).
+	claimWindowBudget, claimBudget string
 }
 
 // orderedState is what ClaimOrdered remembers between claims.
@@ -79,7 +82,27 @@ func buildOrderedQueries(t string, skip bool) orderedQueries {
 	// record) is claimed alone, as in the unordered claim. pick numbers the
 	// result in publish order: heads in due order, each followed by its run,
 	// cut at the batch size (a cut run is a prefix: still in order).
-	claim := func(from, order string) string {
+	claim := func(from, order string, budget bool) string {
+		// pick numbers the batch in publish order and cuts it at the batch
+		// size, and with a byte budget where the running total of stored
+		// bytes (pg_column_size: compressed, nothing detoasted) passes it,
+		// the first event always: a cut is a prefix of the publish order,
+		// so each key keeps a prefix of its run, still in order.
+		pick := `SELECT id, ord FROM (
+        SELECT id, row_number() OVER (ORDER BY h, n) AS ord FROM (`
+		cut := `
+    ) v
+    WHERE ord <= $1`
+		if budget {
+			pick = `SELECT id, ord FROM (
+        SELECT u.id, row_number() OVER w AS ord,
+               sum(pg_column_size(x.payload) + pg_column_size(x.headers)) OVER w AS total FROM (`
+			cut = `
+        JOIN ` + t + ` x ON x.id = u.id
+        WINDOW w AS (ORDER BY u.h, u.n)
+    ) v
+    WHERE ord <= $1 AND (ord = 1 OR total <= $4)`
+		}
 		return `WITH horizon AS MATERIALIZED (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x
 ), heads AS MATERIALIZED (
@@ -132,16 +155,13 @@ func buildOrderedQueries(t string, skip bool) orderedQueries {
     SELECT runs.h, runs.id, runs.n FROM runs LEFT JOIN gaps g ON g.h = runs.h
     WHERE g.n IS NULL OR runs.n < g.n
 ), pick AS MATERIALIZED (
-    SELECT id, ord FROM (
-        SELECT id, row_number() OVER (ORDER BY h, n) AS ord FROM (
+    ` + pick + `
             SELECT id, 0::bigint AS h, 0::bigint AS n FROM suspect
             UNION ALL
             SELECT id, h, 0 FROM ranked WHERE NOT EXISTS (SELECT FROM suspect)
             UNION ALL
             SELECT id, h, n FROM cut
-        ) u
-    ) v
-    WHERE ord <= $1
+        ) u` + cut + `
 ), claimed (ord, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12) AS (
     UPDATE ` + t + ` AS e
     SET status = 'processing', locked_by = $2,
@@ -160,14 +180,17 @@ SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 FROM claimed ORDER BY o
 	// the waiting events of blocked keys). The window is read in due order;
 	// the heads taken from it are not sorted again (ranked orders them), so
 	// the scan stops once it has found enough.
-	q.claimWindow = claim(`(
-        SELECT w.id FROM `+t+` w
+	window := `(
+        SELECT w.id FROM ` + t + ` w
         WHERE w.status = 'pending' AND w.available_at <= now()
         ORDER BY w.available_at, w.id
-        LIMIT $1 * `+strconv.Itoa(orderedWindow)+`
+        LIMIT $1 * ` + strconv.Itoa(orderedWindow) + `
     ) win
-    JOIN `+t+` e ON e.id = win.id`, "")
-	q.claim = claim(t+" e", "ORDER BY e.available_at, e.id")
+    JOIN ` + t + ` e ON e.id = win.id`
+	q.claimWindow = claim(window, "", false)
+	q.claimWindowBudget = claim(window, "", true)
+	q.claim = claim(t+" e", "ORDER BY e.available_at, e.id", false)
+	q.claimBudget = claim(t+" e", "ORDER BY e.available_at, e.id", true)
 
 	// Blocked aggregates: keys whose head (first unfinished event) is
 	// failed, or pending in backoff after a failed attempt, while later
@@ -199,15 +222,21 @@ func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) 
 	if p.Skip {
 		q = d.ordered[1]
 	}
+	window, full := q.claimWindow, q.claim
+	args := []any{p.BatchSize, p.RelayID, p.Lease.Milliseconds()}
+	if p.MaxBytes > 0 {
+		window, full = q.claimWindowBudget, q.claimBudget
+		args = append(args, p.MaxBytes)
+	}
 	claimWith := func(sqlText string) ([]driver.Event, error) {
-		rows, err := d.pool.Query(ctx, sqlText, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
+		rows, err := d.pool.Query(ctx, sqlText, args...)
 		if err != nil {
 			return nil, wrap(err)
 		}
 		events, err := collectClaimed(rows, driver.ClaimParams{RelayID: p.RelayID, BatchSize: p.BatchSize})
 		return events, wrap(err)
 	}
-	events, err := claimWith(q.claimWindow)
+	events, err := claimWith(window)
 	if err != nil {
 		return driver.Claim{}, err
 	}
@@ -219,7 +248,7 @@ func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) 
 	st := &d.orderedState
 	if len(events) == 0 && (st.clogged.Load() || time.Since(time.Unix(0, st.fullAt.Load())) >= orderedFullEvery) {
 		st.fullAt.Store(time.Now().UnixNano())
-		if events, err = claimWith(q.claim); err != nil {
+		if events, err = claimWith(full); err != nil {
 			return driver.Claim{}, err
 		}
 		st.clogged.Store(len(events) > 0)

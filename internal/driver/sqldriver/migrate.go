@@ -42,18 +42,32 @@ func LoadMigrations(fsys fs.FS, dir string) []Migration {
 	return ms
 }
 
-// Statements splits a migration into its statements: each ends with a
-// semicolon at the end of a line. Drivers without multi-statement support
-// (go-sql-driver/mysql by default) run them one by one.
+// Statements splits a migration into its statements: each ends with the
+// delimiter, a semicolon unless a DELIMITER line (the mysql client's
+// command) set another, at the end of a line. Drivers without
+// multi-statement support (go-sql-driver/mysql by default) run them one by
+// one. A statement ended by another delimiter (a trigger whose body holds
+// semicolons) is returned without it; DELIMITER lines are dropped, so the
+// same script runs here and in the mysql client.
 func Statements(script string) []string {
 	var (
-		out []string
-		cur strings.Builder
+		out   []string
+		cur   strings.Builder
+		delim = ";"
 	)
 	for line := range strings.SplitAfterSeq(script, "\n") {
+		t := strings.TrimSpace(line)
+		if f := strings.Fields(t); len(f) == 2 && strings.EqualFold(f[0], "DELIMITER") {
+			delim = f[1]
+			continue
+		}
 		cur.WriteString(line)
-		if strings.HasSuffix(strings.TrimSpace(line), ";") && !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			if s := strings.TrimSpace(cur.String()); s != "" {
+		if strings.HasSuffix(t, delim) && !strings.HasPrefix(t, "--") {
+			s := strings.TrimSpace(cur.String())
+			if delim != ";" {
+				s = strings.TrimSpace(strings.TrimSuffix(s, delim))
+			}
+			if s != "" {
 				out = append(out, s)
 			}
 			cur.Reset()

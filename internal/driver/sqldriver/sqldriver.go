@@ -151,6 +151,7 @@ type Driver struct {
 	archive string // quoted outbox_events_archive
 	cols    string // eventColumns("")
 	retried atomic.Int64
+	ordered orderedState
 }
 
 var _ driver.Driver = (*Driver)(nil)

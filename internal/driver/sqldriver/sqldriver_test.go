@@ -24,6 +24,14 @@ CREATE INDEX b ON a (x);
 		"CREATE INDEX b ON a (x);",
 	}, sqldriver.Statements(script))
 	require.Empty(t, sqldriver.Statements("-- nothing\n\n"))
+
+	// A DELIMITER line, as the mysql client reads it, lets a trigger's
+	// body hold semicolons.
+	require.Equal(t, []string{
+		"CREATE TABLE a (x INT);",
+		"CREATE TRIGGER t BEFORE INSERT ON a FOR EACH ROW\nBEGIN\n    SET NEW.x = 1;\n    SET NEW.x = 2;\nEND",
+		"DROP TABLE b;",
+	}, sqldriver.Statements("CREATE TABLE a (x INT);\nDELIMITER //\nCREATE TRIGGER t BEFORE INSERT ON a FOR EACH ROW\nBEGIN\n    SET NEW.x = 1;\n    SET NEW.x = 2;\nEND//\ndelimiter ;\nDROP TABLE b;\n"))
 }
 
 func TestTimeScan(t *testing.T) {

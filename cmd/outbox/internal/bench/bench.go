@@ -192,7 +192,7 @@ type Config struct {
 	Retentions []outbox.Retention
 	// OrderedKeys, when set, adds an ordered drain (RelayConfig.Ordering
 	// aggregate) after each unordered one, one per entry, with the backlog
-	// spread over that many aggregates. PostgreSQL only.
+	// spread over that many aggregates.
 	OrderedKeys []int
 	// Wakes are the wake-up modes steady and latency run in, one run each.
 	// Defaults to WakePoll. WakeListen needs PostgreSQL.

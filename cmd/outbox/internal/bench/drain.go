@@ -25,7 +25,7 @@ func (r *Runner) Drain(ctx context.Context, retention outbox.Retention) (Report,
 }
 
 // drain is Drain; with keys > 0, an ordered drain (OrderingAggregate) of
-// events spread over that many aggregates, PostgreSQL only. A non-nil sink
+// events spread over that many aggregates. A non-nil sink
 // replaces Config.Sink, and sinkName names it in Report.Sink.
 func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int, sink outbox.Sink, sinkName string) (Report, error) {
 	rep := Report{Scenario: ScenarioDrain, Retention: string(retention), Sink: sinkName}
@@ -37,15 +37,8 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		rep.Ordering, rep.Keys, ordering = string(outbox.OrderingAggregate), keys, outbox.OrderingAggregate
 	}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
-		if keys > 0 {
-			ps, ok := s.(*pgScratch)
-			if !ok {
-				return errors.New("an ordered drain needs PostgreSQL")
-			}
-			ps.keys = keys
-		}
 		r.progress("drain (%s, ordering %s): pre-filling %d events", retention, ordering, r.cfg.Events)
-		if err := s.prefill(ctx, r.cfg.Events, r.payload); err != nil {
+		if err := s.prefill(ctx, r.cfg.Events, r.payload, keys); err != nil {
 			return err
 		}
 		before, err := s.tableSize(ctx)

@@ -176,7 +176,7 @@ func (s *mysqlScratch) drop(ctx context.Context) error {
 // prefill inserts the events in one statement — from MariaDB's sequence
 // engine where it is there, else from a recursive CTE — then analyzes the
 // table so the drain starts with current statistics.
-func (s *mysqlScratch) prefill(ctx context.Context, n int, payload []byte) error {
+func (s *mysqlScratch) prefill(ctx context.Context, n int, payload []byte, keys int) error {
 	conn, err := s.ctl.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("pre-fill %d events: %w", n, err)
@@ -187,7 +187,7 @@ func (s *mysqlScratch) prefill(ctx context.Context, n int, payload []byte) error
 	var q string
 	switch {
 	case s.st.sequence:
-		q = insert + `SELECT 'order.created', 'order', CAST(seq AS CHAR), ? FROM seq_1_to_` + strconv.Itoa(n)
+		q = insert + `SELECT 'order.created', 'order', CAST(CASE WHEN ? > 0 THEN seq % ? ELSE seq END AS CHAR), ? FROM seq_1_to_` + strconv.Itoa(n)
 	default:
 		if !s.st.mariadb {
 			// MySQL stops a recursive CTE after 1000 rows unless told.
@@ -196,13 +196,13 @@ func (s *mysqlScratch) prefill(ctx context.Context, n int, payload []byte) error
 			}
 		}
 		q = insert + `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ` + strconv.Itoa(n) + `)
-SELECT 'order.created', 'order', CAST(n AS CHAR), ? FROM g`
+SELECT 'order.created', 'order', CAST(CASE WHEN ? > 0 THEN n % ? ELSE n END AS CHAR), ? FROM g`
 	}
 	var id int64
 	if err := conn.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&id); err != nil {
 		return fmt.Errorf("pre-fill %d events: %w", n, err)
 	}
-	if _, err := conn.ExecContext(ctx, q, string(payload)); err != nil {
+	if _, err := conn.ExecContext(ctx, q, keys, keys, string(payload)); err != nil {
 		if ctx.Err() != nil {
 			s.st.kill(ctx, id)
 		}

@@ -92,9 +92,6 @@ type pgScratch struct {
 	st                     *pgStore
 	schemaName             string
 	table, archive, orders string // quoted, schema-qualified
-	// keys, when positive, makes prefill spread the events over this many
-	// aggregates (an ordered drain); zero gives every event its own.
-	keys int
 }
 
 func (s *pgScratch) name() string              { return s.schemaName }
@@ -111,10 +108,10 @@ func (s *pgScratch) drop(ctx context.Context) error {
 
 // prefill inserts the events with generate_series, then vacuums and
 // analyzes the table so the drain starts from a settled one.
-func (s *pgScratch) prefill(ctx context.Context, n int, payload []byte) error {
+func (s *pgScratch) prefill(ctx context.Context, n int, payload []byte, keys int) error {
 	_, err := s.st.ctl.Exec(ctx, `INSERT INTO `+s.table+` (event_type, aggregate_type, aggregate_id, payload)
 SELECT 'order.created', 'order', CASE WHEN $3::int > 0 THEN (g % $3::int)::text ELSE g::text END, $2::jsonb
-FROM generate_series(1, $1::int) AS g`, n, string(payload), s.keys)
+FROM generate_series(1, $1::int) AS g`, n, string(payload), keys)
 	if err != nil {
 		return fmt.Errorf("pre-fill %d events: %w", n, err)
 	}

@@ -23,7 +23,7 @@ func (r *Runner) Reference(ctx context.Context, retention outbox.Retention) (Rep
 	rep := Report{Scenario: ScenarioReference, Retention: string(retention)}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
 		r.progress("reference (%s): pre-filling %d events", retention, r.cfg.Events)
-		if err := s.prefill(ctx, r.cfg.Events, r.payload); err != nil {
+		if err := s.prefill(ctx, r.cfg.Events, r.payload, 0); err != nil {
 			return err
 		}
 		before, err := s.tableSize(ctx)

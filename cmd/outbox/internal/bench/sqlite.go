@@ -155,10 +155,10 @@ func (s *sqliteScratch) drop(context.Context) error {
 // prefill inserts the events with a recursive CTE in one statement, then
 // checkpoints the WAL into the file, so the drain does not pay for copying
 // the pre-fill.
-func (s *sqliteScratch) prefill(ctx context.Context, n int, payload []byte) error {
+func (s *sqliteScratch) prefill(ctx context.Context, n int, payload []byte, keys int) error {
 	_, err := s.ctl.ExecContext(ctx, `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?)
 INSERT INTO `+s.table+` (event_type, aggregate_type, aggregate_id, payload)
-SELECT 'order.created', 'order', CAST(n AS TEXT), ? FROM g`, n, string(payload))
+SELECT 'order.created', 'order', CAST(CASE WHEN ? > 0 THEN n % ? ELSE n END AS TEXT), ? FROM g`, n, keys, keys, string(payload))
 	if err != nil {
 		return fmt.Errorf("pre-fill %d events: %w", n, err)
 	}

@@ -51,8 +51,10 @@ type scratch interface {
 	drop(ctx context.Context) error
 
 	// prefill inserts n pending events with payload in one statement and
-	// leaves the table settled (vacuumed, analyzed, checkpointed).
-	prefill(ctx context.Context, n int, payload []byte) error
+	// leaves the table settled (vacuumed, analyzed, checkpointed). With
+	// keys > 0 the events are spread over that many aggregates (an ordered
+	// drain); with 0 every event has its own.
+	prefill(ctx context.Context, n int, payload []byte, keys int) error
 	// tableSize reads what the database cheaply tells about the outbox
 	// table's storage. Call it after the phase's pools are closed.
 	tableSize(ctx context.Context) (TableSize, error)

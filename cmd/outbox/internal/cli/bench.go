@@ -194,7 +194,7 @@ scenarios that finished and exits 130.`,
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long latency writes, and steady with the relay (steady also writes without it, half as long before and half after)")
 	f.IntVar(&cfg.Rate, "rate", bench.RateDefault, "latency: the writers' total events per second")
 	f.StringVar(&retention, "retention", string(outbox.RetainProcessed), "what the relay does with delivered events: processed, delete, archive, or all")
-	f.IntSliceVar(&cfg.OrderedKeys, "ordered-keys", nil, "drain: after each unordered drain, an ordered one (relay --ordering aggregate) per count, with the backlog spread over that many aggregates, such as 10000,1000,10 (PostgreSQL only)")
+	f.IntSliceVar(&cfg.OrderedKeys, "ordered-keys", nil, "drain: after each unordered drain, an ordered one (relay --ordering aggregate) per count, with the backlog spread over that many aggregates, such as 10000,1000,10")
 	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")

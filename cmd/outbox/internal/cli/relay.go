@@ -118,7 +118,7 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.cfg.RelayID, "relay-id", "", "this relay's name in locked_by, logs and application_name (default hostname:pid)")
 	f.StringSliceVar(&rf.eventTypes, "event-types", nil, "relay only events whose type matches one of these patterns, * matching any run of characters, such as 'order.*,user.created' (default every type)")
 	f.StringVar(&rf.retention, "retention", string(outbox.RetainProcessed), "what happens to a delivered event's row: processed (kept), delete, or archive (moved to outbox_events_archive)")
-	f.StringVar(&rf.ordering, "ordering", string(outbox.OrderingNone), "none, or aggregate: per aggregate (aggregate_type, aggregate_id), the sink's first acknowledgements follow the order the events were written in, across any number of relays (PostgreSQL and SQLite for now)")
+	f.StringVar(&rf.ordering, "ordering", string(outbox.OrderingNone), "none, or aggregate: per aggregate (aggregate_type, aggregate_id), the sink's first acknowledgements follow the order the events were written in, across any number of relays")
 	f.StringVar(&rf.failure, "ordered-failure", string(outbox.OrderedFailureBlock), "with --ordering aggregate, what an aggregate's later events do once its first unfinished event is dead-lettered: block (wait, unsent, until it is retried) or skip (go on)")
 	f.BoolVar(&rf.cfg.Listen, "listen", false, "claim as soon as a writer commits, woken by PostgreSQL NOTIFY (writers set WriterConfig.NotifyInterval), instead of polling every --poll-interval")
 	f.StringVar(&rf.route, "route", route.Default, "broker sinks: the template of each event's subject, topic, routing key or stream; placeholders {event_type}, {aggregate_type}, {aggregate_id}, {id}, {header.NAME}, with {name|fallback}")
@@ -216,9 +216,6 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
-	if ordering == outbox.OrderingAggregate && (db.Kind == dburl.KindMySQL || db.Kind == dburl.KindMariaDB) {
-		return usagef("%s aggregate is supported on PostgreSQL and SQLite only for now, not on %s: use --ordering none", m.name("ordering"), db.Kind)
-	}
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
 	cfg.Ordering, cfg.OrderedFailure = ordering, failure

@@ -57,7 +57,7 @@ processing, processed, failed, oldest_pending_age_seconds,
 dead_letter_retry_waiting, dead_letter_retry_next_due, tables,
 vacuum_horizon, innodb_history_length, sqlite_file and relays (as the
 admin API's GET /api/relays); a figure the database does not report is
-null. On PostgreSQL and SQLite it also has blocked_aggregates: the aggregates whose
+null. It also has blocked_aggregates: the aggregates whose
 ordered delivery (relay --ordering aggregate) waits behind a failed first
 event, with total and the first 20 (aggregate_type, aggregate_id, head_id,
 head_status, waiting). Failed
