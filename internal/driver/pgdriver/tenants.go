@@ -1,0 +1,109 @@
+package pgdriver
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+var _ driver.TenantDiscoverer = (*Driver)(nil)
+
+// DueChunk is how many schemas one statement of DueSchemas checks: a few
+// statements scan a thousand idle tenants, and each statement stays small
+// enough to plan quickly once and run from the statement cache after.
+const DueChunk = 250
+
+// OutboxSchemas lists the schemas holding an outbox_events table that the
+// role has USAGE on: a relay role granted only its tenants' schemas sees
+// only those.
+func (d *Driver) OutboxSchemas(ctx context.Context) ([]string, error) {
+	// pg_class by name is an index scan (pg_class_relname_nsp_index); the
+	// catalog holds one row per tenant, whatever the tables hold.
+	rows, err := d.pool.Query(ctx, `SELECT n.nspname
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'outbox_events' AND c.relkind IN ('r', 'p')
+  AND has_schema_privilege(n.oid, 'USAGE')
+ORDER BY n.nspname COLLATE "C"`)
+	if err != nil {
+		return nil, WrapConnectError(err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// QuerySchemas runs the operator's query in a read-only transaction, so a
+// query that writes fails instead of writing on every refresh.
+func (d *Driver) QuerySchemas(ctx context.Context, query string) ([]string, error) {
+	var out []string
+	err := pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, query, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		seen := map[string]bool{}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				return err
+			}
+			if len(vals) == 0 || vals[0] == nil {
+				continue
+			}
+			var name string
+			switch v := vals[0].(type) {
+			case string:
+				name = v
+			case []byte:
+				name = string(v)
+			default:
+				continue
+			}
+			if !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, WrapConnectError(err)
+	}
+	return out, nil
+}
+
+// DueSchemas asks, one statement per DueChunk schemas, which of them have
+// a due pending event. Each branch is an EXISTS on the partial index
+// outbox_events_pending_idx (pending rows in the order they fall due), so an
+// idle tenant costs one index probe of an empty index; the schema names are
+// quoted identifiers, never text spliced in.
+func (d *Driver) DueSchemas(ctx context.Context, schemas []string) ([]string, error) {
+	var due []string
+	for start := 0; start < len(schemas); start += DueChunk {
+		chunk := schemas[start:min(start+DueChunk, len(schemas))]
+		var b strings.Builder
+		for i, s := range chunk {
+			if i > 0 {
+				b.WriteString("\nUNION ALL ")
+			}
+			b.WriteString("SELECT " + strconv.Itoa(i) + " WHERE EXISTS (SELECT FROM " +
+				pgx.Identifier{s, "outbox_events"}.Sanitize() +
+				" WHERE status = 'pending' AND available_at <= now())")
+		}
+		rows, err := d.pool.Query(ctx, b.String())
+		if err != nil {
+			return due, WrapConnectError(err)
+		}
+		idx, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return due, WrapConnectError(err)
+		}
+		for _, i := range idx {
+			due = append(due, chunk[i])
+		}
+	}
+	return due, nil
+}
