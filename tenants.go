@@ -136,6 +136,8 @@ type Tenants struct {
 	db   Database
 	disc driver.TenantDiscoverer
 	log  *slog.Logger
+	// relayLog is the base of the tenant relays' loggers.
+	relayLog *slog.Logger
 
 	mu      sync.Mutex
 	relays  map[string]*Relay
@@ -165,11 +167,12 @@ func NewTenants(db Database, cfg TenantsConfig) (*Tenants, error) {
 	if !ok {
 		return nil, fmt.Errorf("outbox: tenants: %w: this database has none (SQLite keeps one outbox per file: run one relay per file; on MySQL run one relay per database)", ErrTenantsUnsupported)
 	}
-	log := cfg.Logger.With(slog.String("component", "outbox.tenants"))
+	relayLog := cfg.Logger
 	if cfg.Database != "" {
-		log = log.With(slog.String("database", cfg.Database))
+		relayLog = relayLog.With(slog.String("database", cfg.Database))
 	}
-	return &Tenants{cfg: cfg, db: db, disc: disc, log: log, relays: map[string]*Relay{}, missing: map[string]bool{}}, nil
+	log := relayLog.With(slog.String("component", "outbox.tenants"))
+	return &Tenants{cfg: cfg, db: db, disc: disc, log: log, relayLog: relayLog, relays: map[string]*Relay{}, missing: map[string]bool{}}, nil
 }
 
 // Start discovers the tenants, starts their relays and the supervisor's
@@ -407,7 +410,7 @@ func (t *Tenants) startRelay(ctx context.Context, s string, idle time.Duration) 
 	if cfg.HeartbeatInterval >= 0 {
 		cfg.HeartbeatInterval = max(cfg.HeartbeatInterval, idle)
 	}
-	cfg.Logger = t.log.With(slog.String("tenant", s))
+	cfg.Logger = t.relayLog.With(slog.String("tenant", s))
 	r, err := NewRelay(t.db, cfg)
 	if err != nil {
 		return nil, err
@@ -478,6 +481,30 @@ func (t *Tenants) scanLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// ListTenants returns, sorted, the tenant schemas of db whether or not they
+// hold an outbox yet, for migrating them: the schemas whose names match the
+// glob schemas (other than the database's own catalogs), or those the
+// SELECT query names in its first column.
+func ListTenants(ctx context.Context, db Database, schemas, query string) ([]string, error) {
+	disc, ok := db.Driver(SchemaDefault).(driver.TenantDiscoverer)
+	if !ok {
+		return nil, fmt.Errorf("outbox: tenants: %w: this database has none", ErrTenantsUnsupported)
+	}
+	if query != "" {
+		names, err := disc.QuerySchemas(ctx, query)
+		if err != nil {
+			return nil, fmt.Errorf("tenant query: %w", err)
+		}
+		slices.Sort(names)
+		return names, nil
+	}
+	all, err := disc.UserSchemas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(s string) bool { return !MatchGlob(schemas, s) }), nil
 }
 
 // MatchGlob reports whether name matches pattern, where * matches any run

@@ -308,6 +308,9 @@ type Listener interface {
 // TenantDiscoverer is implemented by drivers whose database can hold one
 // outbox per schema (tenant), served by one relay process: PostgreSQL.
 type TenantDiscoverer interface {
+	// UserSchemas returns, sorted, every schema but the database's own
+	// catalogs (pg_*, information_schema): the candidates to migrate.
+	UserSchemas(ctx context.Context) ([]string, error)
 	// OutboxSchemas returns, sorted, the schemas that hold an outbox_events
 	// table the connection's role may use.
 	OutboxSchemas(ctx context.Context) ([]string, error)

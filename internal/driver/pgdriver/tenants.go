@@ -34,6 +34,17 @@ ORDER BY n.nspname COLLATE "C"`)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// UserSchemas lists the schemas that are not PostgreSQL's own.
+func (d *Driver) UserSchemas(ctx context.Context) ([]string, error) {
+	rows, err := d.pool.Query(ctx, `SELECT nspname FROM pg_catalog.pg_namespace
+WHERE nspname NOT LIKE 'pg\_%' AND nspname <> 'information_schema'
+ORDER BY nspname COLLATE "C"`)
+	if err != nil {
+		return nil, WrapConnectError(err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // QuerySchemas runs the operator's query in a read-only transaction, so a
 // query that writes fails instead of writing on every refresh.
 func (d *Driver) QuerySchemas(ctx context.Context, query string) ([]string, error) {

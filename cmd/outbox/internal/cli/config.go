@@ -105,6 +105,10 @@ var fileKeys = []fileKey{
 	{"relay", "ordering", "ordering", kindOrdering},
 	{"relay", "ordered_failure", "ordered-failure", kindOrderedFailure},
 
+	{"tenants", "schemas", "tenant-schemas", kindString},
+	{"tenants", "query", "tenant-query", kindString},
+	{"tenants", "refresh", "tenant-refresh", kindDuration},
+
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},
 	{"observability", "otel", "otel", kindBool},

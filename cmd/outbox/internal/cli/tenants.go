@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/pflag"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
+)
+
+// tenantFlags are --tenant-schemas, --tenant-query and --tenant-refresh:
+// schema-per-tenant outboxes (docs/tenants.md).
+type tenantFlags struct {
+	schemas string
+	query   string
+	refresh time.Duration
+}
+
+func (t *tenantFlags) addFlags(f *pflag.FlagSet, what string) {
+	f.StringVar(&t.schemas, "tenant-schemas", "", what+" whose name matches this glob (* any run of characters, ? one), such as 's_*', instead of --schema")
+	f.StringVar(&t.query, "tenant-query", "", what+" named by the first column of this SELECT, such as \"SELECT schema_name FROM public.tenants WHERE status = 'ACTIVE'\", instead of --schema")
+}
+
+func (t *tenantFlags) on() bool { return t.schemas != "" || t.query != "" }
+
+// flag names the tenant flag in use, as the operator set it.
+func (t *tenantFlags) flag(m *merger) string {
+	if t.query != "" {
+		return m.name("tenant-query")
+	}
+	return m.name("tenant-schemas")
+}
+
+// checkTenantFlags refuses what tenant discovery cannot do.
+func (a *app) checkTenantFlags(m *merger, t *tenantFlags, kind dburl.Kind) error {
+	name := t.flag(m)
+	switch {
+	case t.schemas != "" && t.query != "":
+		return usagef("%s and %s are both set: discover tenants one way", m.name("tenant-schemas"), m.name("tenant-query"))
+	case kind != dburl.KindPostgres:
+		return usagef("%s needs PostgreSQL, whose schemas hold one outbox per tenant; on %s run one relay per %s", name, kind, map[bool]string{true: "database file", false: "database"}[kind == dburl.KindSQLite])
+	case a.schema != outbox.SchemaDefault:
+		return usagef("%s is set with %s: each tenant's schema is its own; leave %s out", name, a.globalName("schema"), a.globalName("schema"))
+	case t.refresh <= 0:
+		return usagef("invalid %s %v: use a positive duration", m.name("tenant-refresh"), t.refresh)
+	}
+	if strings.ContainsRune(t.schemas+t.query, 0) {
+		return usagef("invalid %s: holds a NUL byte", name)
+	}
+	return nil
+}
+
+// runTenants connects a pool of the relay's own and serves every tenant
+// schema on it until ctx ends.
+func (a *app) runTenants(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, t *tenantFlags) error {
+	outbox.ConfigureRelayPool(pc, cfg.RelayID)
+	if cfg.PgBouncer {
+		outbox.ConfigurePgBouncer(pc)
+	}
+	// The tenants' loops share the pool: a few connections per worker,
+	// the discovery and the scan, and one held in LISTEN. pgxpool hands
+	// connections out first come, first served, which keeps the tenants
+	// fair; raise pool_max_conns in the URL for many busy tenants.
+	pc.MaxConns = max(pc.MaxConns, int32(min(2*cfg.Workers+4, 1<<20)))
+	pool, err := a.open(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Logger: a.logger,
+	})
+	if err != nil {
+		return relayConfigError(err)
+	}
+	a.logger.Info("relay publishing tenants to sink", "sink", sinkName, "relay_id", cfg.RelayID,
+		"tenant_schemas", t.schemas, "tenant_query", t.query, "retention", string(cfg.Retention), "listen", cfg.Listen)
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	stopNote := context.AfterFunc(ctx, func() {
+		a.logger.Info("shutdown signal received; finishing in-flight batches, up to --shutdown-timeout",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+		stopRun()
+	})
+	defer stopNote()
+	if err := ts.Run(runCtx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// migrateTenants migrates every tenant schema, each under its own lock,
+// and reports per schema. It goes on after a schema fails and returns an
+// error naming how many failed.
+func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(db outbox.Database, schema string) (applied []string, version int, err error)) error {
+	if t.schemas != "" && t.query != "" {
+		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	if kind != dburl.KindPostgres {
+		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant; on %s migrate each database with --schema", kind)
+	}
+	schemas, err := outbox.ListTenants(ctx, db, t.schemas, t.query)
+	if err != nil {
+		return err
+	}
+	if len(schemas) == 0 {
+		return errors.New("no schema matches: create the tenant schemas first, or check the glob or query")
+	}
+	failed := 0
+	for _, s := range schemas {
+		if strings.HasPrefix(strings.ToLower(s), "pg_") || s == "information_schema" {
+			a.stdout.printf("%s: skipped: PostgreSQL keeps that name for its own catalogs\n", quoteSchema(s))
+			failed++
+			continue
+		}
+		applied, version, err := migrate(db, s)
+		switch {
+		case err != nil:
+			a.stdout.printf("%s: failed: %v\n", quoteSchema(s), err)
+			failed++
+		case len(applied) == 0:
+			a.stdout.printf("%s: up to date at version %d\n", quoteSchema(s), version)
+		default:
+			a.stdout.printf("%s: applied %s; now at version %d\n", quoteSchema(s), strings.Join(applied, ", "), version)
+		}
+	}
+	a.stdout.printf("%d tenant schemas, %d failed\n", len(schemas), failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d tenant schemas were not migrated (see above); run the command again once fixed, it is idempotent", failed, len(schemas))
+	}
+	return nil
+}
+
+// quoteSchema shows a schema name safely on a terminal: quoted, with
+// control characters escaped.
+func quoteSchema(s string) string { return fmt.Sprintf("%q", s) }
