@@ -57,7 +57,9 @@ type TenantsConfig struct {
 	// ScanInterval is how often one statement per 250 tenants asks which
 	// tenants have due events, and wakes their relays: the wake-up for
 	// writers that do not notify (plain SQL INSERTs from any language).
-	// Defaults to TenantScanIntervalDefault.
+	// The same statement finds expired leases (a relay died holding
+	// events), which the tenant's relay then rescues at once. Defaults to
+	// TenantScanIntervalDefault.
 	ScanInterval time.Duration
 	// IdlePoll is the least interval of an idle tenant's own fallback
 	// poll, lease rescue and heartbeat; with many tenants it is stretched
@@ -123,9 +125,10 @@ func (c TenantsConfig) Validate() error {
 // holds another's events back by more than the pool's queue (connections
 // are handed out first come, first served). Idle tenants cost little: one
 // statement per 250 tenants every ScanInterval finds the tenants with due
-// events and wakes their relays, a LISTEN connection (RelayConfig.Listen)
-// wakes them on the writers' notifications, and each idle relay polls,
-// rescues and beats only every IdlePoll.
+// events (or expired leases to rescue) and wakes their relays, a LISTEN
+// connection (RelayConfig.Listen) wakes them on the writers'
+// notifications, and each idle relay polls, rescues and beats only every
+// IdlePoll.
 //
 // Events carry their tenant (Event.Tenant, the schema) to the sink, and
 // Event.UniqueID, the id brokers drop duplicates on, is qualified by it.
@@ -464,7 +467,7 @@ func (t *Tenants) scanLoop(ctx context.Context) {
 		for start := 0; start < len(schemas); start += tenantScanChunk {
 			chunk := schemas[start:min(start+tenantScanChunk, len(schemas))]
 			scanCtx, cancel := context.WithTimeout(ctx, timeout)
-			due, err := t.disc.DueSchemas(scanCtx, chunk)
+			due, expired, err := t.disc.DueSchemas(scanCtx, chunk)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -478,6 +481,18 @@ func (t *Tenants) scanLoop(ctx context.Context) {
 			}
 			for _, s := range due {
 				t.Wake(s)
+			}
+			// A relay died holding these tenants' events: rescue them now
+			// rather than at the tenant relay's slow rescue interval.
+			for _, s := range expired {
+				t.mu.Lock()
+				r := t.relays[s]
+				t.mu.Unlock()
+				if r != nil {
+					if _, err := r.rescue(ctx, 1000); err != nil && ctx.Err() == nil {
+						t.log.Debug("lease rescue failed", slog.String("tenant", s), slog.String("error", err.Error()))
+					}
+				}
 			}
 		}
 	}

@@ -318,10 +318,10 @@ type TenantDiscoverer interface {
 	// column of its rows as text, in order, duplicates dropped.
 	QuerySchemas(ctx context.Context, query string) ([]string, error)
 	// DueSchemas returns those of schemas whose outbox holds a pending
-	// event that is due, in one statement per DueChunk schemas. A schema
-	// whose table vanished makes its chunk fail; the caller then treats
-	// the chunk as due.
-	DueSchemas(ctx context.Context, schemas []string) ([]string, error)
+	// event that is due, and those holding an event whose lease expired
+	// (its relay died: a rescue is due), in one statement per few hundred
+	// schemas. A schema whose table vanished makes the call fail.
+	DueSchemas(ctx context.Context, schemas []string) (due, expired []string, err error)
 	// ListenSchemas calls wake with the schema each writer's notification
 	// names, on one connection for the whole database, until ctx ends.
 	ListenSchemas(ctx context.Context, wake func(schema string), connected func(), onErr func(error))

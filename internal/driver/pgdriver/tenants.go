@@ -87,34 +87,46 @@ func (d *Driver) QuerySchemas(ctx context.Context, query string) ([]string, erro
 }
 
 // DueSchemas asks, one statement per DueChunk schemas, which of them have
-// a due pending event. Each branch is an EXISTS on the partial index
-// outbox_events_pending_idx (pending rows in the order they fall due), so an
-// idle tenant costs one index probe of an empty index; the schema names are
-// quoted identifiers, never text spliced in.
-func (d *Driver) DueSchemas(ctx context.Context, schemas []string) ([]string, error) {
-	var due []string
+// a due pending event or an expired lease. Each branch is two EXISTS
+// probes of partial indexes (outbox_events_pending_idx, pending rows in the
+// order they fall due; outbox_events_processing_idx, leased rows by
+// locked_until), so an idle tenant costs two probes of empty indexes; the
+// schema names are quoted identifiers, never text spliced in.
+func (d *Driver) DueSchemas(ctx context.Context, schemas []string) (due, expired []string, err error) {
 	for start := 0; start < len(schemas); start += DueChunk {
 		chunk := schemas[start:min(start+DueChunk, len(schemas))]
 		var b strings.Builder
+		b.WriteString("SELECT i, d, x FROM (")
 		for i, s := range chunk {
 			if i > 0 {
 				b.WriteString("\nUNION ALL ")
 			}
-			b.WriteString("SELECT " + strconv.Itoa(i) + " WHERE EXISTS (SELECT FROM " +
-				pgx.Identifier{s, "outbox_events"}.Sanitize() +
-				" WHERE status = 'pending' AND available_at <= now())")
+			t := pgx.Identifier{s, "outbox_events"}.Sanitize()
+			b.WriteString("SELECT " + strconv.Itoa(i) + " AS i, EXISTS (SELECT FROM " + t +
+				" WHERE status = 'pending' AND available_at <= now()) AS d, EXISTS (SELECT FROM " + t +
+				" WHERE status = 'processing' AND locked_until < now()) AS x")
 		}
+		b.WriteString(") s WHERE d OR x")
 		rows, err := d.pool.Query(ctx, b.String())
 		if err != nil {
-			return due, WrapConnectError(err)
+			return due, expired, WrapConnectError(err)
 		}
-		idx, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		var (
+			i    int32
+			d, x bool
+		)
+		_, err = pgx.ForEachRow(rows, []any{&i, &d, &x}, func() error {
+			if d {
+				due = append(due, chunk[i])
+			}
+			if x {
+				expired = append(expired, chunk[i])
+			}
+			return nil
+		})
 		if err != nil {
-			return due, WrapConnectError(err)
-		}
-		for _, i := range idx {
-			due = append(due, chunk[i])
+			return due, expired, WrapConnectError(err)
 		}
 	}
-	return due, nil
+	return due, expired, nil
 }
