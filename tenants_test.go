@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,5 +290,58 @@ func TestMatchGlob(t *testing.T) {
 		{"s.*", "sx", false},
 	} {
 		require.Equal(t, tc.want, outbox.MatchGlob(tc.pattern, tc.name), "%q ~ %q", tc.pattern, tc.name)
+	}
+}
+
+// The relay's role needs USAGE and table rights on the tenant schemas
+// only, as docs/tenants.md lists them; a tenant it was not granted is not
+// served.
+func TestTenantsLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	b := setupTenants(t)
+	granted, other := b.tenant(t, "granted"), b.tenant(t, "other")
+	role := strings.TrimSuffix(b.prefix, "_") + "_relay"
+	_, err := b.pool.Exec(b.ctx, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
+		_, _ = b.pool.Exec(context.Background(), `DROP ROLE `+pgx.Identifier{role}.Sanitize())
+	})
+	r, s := pgx.Identifier{role}.Sanitize(), func(table string) string { return pgx.Identifier{granted, table}.Sanitize() }
+	for _, grant := range []string{
+		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{granted}.Sanitize() + ` TO ` + r,
+		`GRANT SELECT, UPDATE, DELETE ON ` + s("outbox_events") + ` TO ` + r,
+		`GRANT SELECT, INSERT ON ` + s("outbox_events_archive") + ` TO ` + r,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + s("outbox_relays") + `, ` + s("outbox_leases") + ` TO ` + r,
+	} {
+		_, err := b.pool.Exec(b.ctx, grant)
+		require.NoError(t, err, grant)
+	}
+	b.insert(t, granted, 3)
+	b.insert(t, other, 3)
+
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.User = role
+	cfg.ConnConfig.Password = ""
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	rec := outboxtest.NewRecorder()
+	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+		Relay: outbox.RelayConfig{Sink: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Schemas: b.prefix + "*",
+		ScanInterval: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, ts.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, ts.Stop(ctx))
+	})
+	require.Equal(t, []string{granted}, ts.Schemas())
+	rec.WaitLen(t, 3, 10*time.Second)
+	for _, e := range rec.Events() {
+		require.Equal(t, granted, e.Tenant)
 	}
 }
