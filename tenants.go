@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -408,6 +409,9 @@ func (t *Tenants) startRelay(ctx context.Context, s string, idle time.Duration) 
 	cfg := t.cfg.Relay
 	cfg.Schema, cfg.Tenant, cfg.Database = s, s, t.cfg.Database
 	cfg.Listen = false
+	// Up to half again as long, at random: relays started together drift
+	// apart instead of polling the database all in the same second.
+	idle += rand.N(idle/2 + 1)
 	cfg.PollInterval = max(cfg.PollInterval, idle)
 	cfg.RescueInterval = max(cfg.RescueInterval, idle)
 	if cfg.HeartbeatInterval >= 0 {

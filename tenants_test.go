@@ -2,10 +2,12 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,4 +346,53 @@ func TestTenantsLeastPrivilegeRole(t *testing.T) {
 	for _, e := range rec.Events() {
 		require.Equal(t, granted, e.Tenant)
 	}
+}
+
+// countingTracer counts the statements a pool sends.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Idle tenants cost the scan's statements, not a claim per tenant per
+// poll interval.
+func TestTenantsIdleCostIsFlat(t *testing.T) {
+	t.Parallel()
+	b := setupTenants(t)
+	const tenants = 40
+	for i := range tenants {
+		b.tenant(t, fmt.Sprint(i))
+	}
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+		// A poll interval that would cost 40 claims a second per tenant
+		// loop without the supervisor.
+		Relay:   outbox.RelayConfig{Sink: outboxtest.NewRecorder(), PollInterval: 25 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Schemas: b.prefix + "*", ScanInterval: 250 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, ts.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, ts.Stop(ctx))
+	})
+	require.Len(t, ts.Schemas(), tenants)
+	// Past the start: each relay's first claim, rescue and heartbeat.
+	time.Sleep(500 * time.Millisecond) //nolint:forbidigo // measuring a rate over wall time, not waiting for work
+	before, start := tracer.n.Load(), time.Now()
+	time.Sleep(2 * time.Second) //nolint:forbidigo // measuring a rate over wall time
+	rate := float64(tracer.n.Load()-before) / time.Since(start).Seconds()
+	t.Logf("%d idle tenants: %.1f statements/s", tenants, rate)
+	require.Less(t, rate, 10.0, "one scan statement every 250ms, and nothing per tenant")
 }
