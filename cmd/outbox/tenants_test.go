@@ -15,10 +15,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 )
 
 // tenantPrefix returns a short prefix unique to the test, so that tenant
@@ -102,7 +105,7 @@ func newTenantServer(t *testing.T, delay time.Duration) *tenantServer {
 		_, _ = io.Copy(io.Discard, r.Body)
 		id, err := url.PathUnescape(r.Header.Get("ce-id"))
 		tenant := r.Header.Get("ce-tenant")
-		if err != nil || tenant == "" || !strings.HasPrefix(id, tenant+":") {
+		if err != nil || tenant == "" || !strings.HasPrefix(id, tenant+":") && !strings.Contains(id, ":"+tenant+":") {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
@@ -184,4 +187,93 @@ SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) 
 	require.Len(t, acked, tenants*perTenant, "no ghost events, and no tenant's id taken for another's")
 	require.Equal(t, 0, keep.stop(t, syscall.SIGTERM), keep.stderr.String())
 	require.Equal(t, 0, doomed.stop(t, syscall.SIGTERM), doomed.stderr.String())
+}
+
+// One relay process serves the tenants of two databases; the second is
+// reached through a proxy that refuses every connection for 15 seconds:
+// the first database's tenants keep flowing, and the second's catch up.
+func TestRelayTenantsTwoDatabasesOneCut(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	ctx := context.Background()
+	admin := testutil.Pool(t)
+	dbName := strings.TrimSuffix(prefix, "_") + "_db2"
+	_, err := admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{dbName}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin.Exec(context.Background(), `DROP DATABASE `+pgx.Identifier{dbName}.Sanitize()+` WITH (FORCE)`)
+		require.NoError(t, err)
+	})
+	u, err := url.Parse(testutil.DatabaseURL())
+	require.NoError(t, err)
+	direct := *u
+	direct.Path = "/" + dbName
+	second, err := pgx.Connect(ctx, direct.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = second.Close(context.Background()) })
+	proxy := tcpproxy.Start(t, u.Host)
+	proxied := direct
+	proxied.Host = proxy.Addr()
+
+	tenantA := prefix + "a"
+	_, err = pgdriver.Migrate(ctx, admin, tenantA)
+	require.NoError(t, err)
+	secondPool, err := pgxpool.New(ctx, direct.String())
+	require.NoError(t, err)
+	t.Cleanup(secondPool.Close)
+	tenantB := prefix + "b"
+	_, err = pgdriver.Migrate(ctx, secondPool, tenantB)
+	require.NoError(t, err)
+
+	insert := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, schema string, n int) {
+		_, err := q.Exec(ctx, `INSERT INTO `+testutil.Table(schema)+` (event_type, payload)
+SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) g`, n)
+		require.NoError(t, err)
+	}
+	processed := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, schema string) int {
+		var n int
+		require.NoError(t, q.QueryRow(ctx, `SELECT count(*) FROM `+testutil.Table(schema)+` WHERE status = 'processed'`).Scan(&n))
+		return n
+	}
+	srv := newTenantServer(t, 0)
+	relay := start(t, nil, "--database-url", testutil.DatabaseURL(), "--database-url", proxied.String(), "relay",
+		"--tenant-schemas", prefix+"*", "--sink", srv.URL, "--db-timeout", "2s", "--lease", "5s", "--log-level", "warn")
+
+	insert(admin, tenantA, 5)
+	insert(secondPool, tenantB, 5)
+	testutil.WaitFor(t, 20*time.Second, "both databases flowing", func() bool {
+		return processed(admin, tenantA) == 5 && processed(secondPool, tenantB) == 5
+	})
+
+	proxy.Refuse()
+	cutAt := time.Now()
+	insert(admin, tenantA, 5)
+	insert(secondPool, tenantB, 5)
+	testutil.WaitFor(t, 10*time.Second, "the first database flowing while the second is cut", func() bool {
+		return processed(admin, tenantA) == 10
+	})
+	require.Equal(t, 5, processed(secondPool, tenantB), "the cut database's events cannot have been published")
+	insert(admin, tenantA, 5)
+	testutil.WaitFor(t, 10*time.Second, "still flowing", func() bool { return processed(admin, tenantA) == 15 })
+	for time.Since(cutAt) < 15*time.Second {
+		require.False(t, relay.exited(), "relay exited; stderr:\n%s", relay.stderr.String())
+		time.Sleep(100 * time.Millisecond) // the cut lasts 15s of wall time
+	}
+	proxy.Allow()
+	testutil.WaitFor(t, 60*time.Second, "the second database catching up", func() bool {
+		return processed(secondPool, tenantB) == 10
+	})
+
+	// Both databases number their events from 1: the ids are qualified by
+	// the database too, and every event arrived.
+	acked := srv.ids()
+	require.Len(t, acked, 25, "every event once at least, none taken for another")
+	labelA := "127.0.0.1%3A" + u.Port() + "/" + strings.TrimPrefix(u.Path, "/")
+	require.Contains(t, acked, labelA+":"+tenantA+":1")
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM), relay.stderr.String())
+	require.Contains(t, relay.stderr.String(), "database="+proxy.Addr()+"/"+dbName, "the cut was logged, naming the database without credentials")
 }

@@ -63,6 +63,7 @@ var fileKeys = []fileKey{
 	{"database", "url", "database-url", kindString},
 	{"database", "schema", "schema", kindString},
 	{"database", "pgbouncer", "pgbouncer", kindBool},
+	{"database", "urls", "database-urls", kindList},
 
 	{"sink", "url", "sink", kindString},
 	{"sink", "source", "source", kindString},

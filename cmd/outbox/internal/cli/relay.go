@@ -214,8 +214,17 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err != nil {
 		return err
 	}
-	db, rawDB, err := a.parseDatabase()
-	if err != nil {
+	var (
+		db    *dburl.Config
+		rawDB string
+		multi []tenantDatabase // several databases, with a tenant flag
+	)
+	if urls := a.tenantDatabaseURLs(m, &rf.tenants); len(urls) > 1 {
+		if multi, err = a.tenantDatabases(urls, m); err != nil {
+			return err
+		}
+		db = &dburl.Config{Kind: dburl.KindPostgres}
+	} else if db, rawDB, err = a.parseDatabase(); err != nil {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
@@ -254,7 +263,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		if rf.obs.metricsAddr != "" || rf.obs.otel || rf.obs.alertWebhook != "" {
 			return usagef("--metrics-addr, --otel and --alert-webhook are not available with %s yet: run the tenant relay without them", rf.tenants.flag(m))
 		}
-		return a.runTenants(cmd.Context(), pc, cfg, desc, &rf.tenants)
+		if multi == nil {
+			multi = []tenantDatabase{{pc: pc}}
+		}
+		return a.runTenants(cmd.Context(), multi, cfg, desc, &rf.tenants)
 	}
 	return a.runRelay(cmd.Context(), rawDB, pc, cfg, desc, &rf.obs)
 }
@@ -447,6 +459,9 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	if v, ok := m.fromFile("tenant-query"); ok {
 		rf.tenants.query = v.str
+	}
+	if v, ok := m.fromFile("database-urls"); ok {
+		rf.tenants.fileURLs = v.list
 	}
 	if v, ok := m.fromFile("tenant-refresh"); ok {
 		rf.tenants.refresh = v.dur

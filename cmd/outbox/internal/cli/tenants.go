@@ -17,9 +17,10 @@ import (
 // tenantFlags are --tenant-schemas, --tenant-query and --tenant-refresh:
 // schema-per-tenant outboxes (docs/tenants.md).
 type tenantFlags struct {
-	schemas string
-	query   string
-	refresh time.Duration
+	schemas  string
+	query    string
+	refresh  time.Duration
+	fileURLs []string // the config file's database.urls
 }
 
 func (t *tenantFlags) addFlags(f *pflag.FlagSet, what string) {
@@ -56,9 +57,104 @@ func (a *app) checkTenantFlags(m *merger, t *tenantFlags, kind dburl.Kind) error
 	return nil
 }
 
-// runTenants connects a pool of the relay's own and serves every tenant
-// schema on it until ctx ends.
-func (a *app) runTenants(ctx context.Context, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, t *tenantFlags) error {
+// tenantDatabase is one database the tenant relay serves: its pool's
+// configuration and, with several, its label (host:port/name).
+type tenantDatabase struct {
+	pc    *pgxpool.Config
+	label string
+}
+
+// tenantDatabaseURLs returns the databases a tenant relay serves when
+// there are several: every --database-url, else the config file's
+// database.urls; nil for one database.
+func (a *app) tenantDatabaseURLs(m *merger, t *tenantFlags) []string {
+	if !t.on() {
+		return nil
+	}
+	if len(a.databaseURLFlags) > 0 {
+		return a.databaseURLFlags
+	}
+	if len(t.fileURLs) > 0 && a.databaseURLFlag == "" {
+		_ = m
+		return t.fileURLs
+	}
+	return nil
+}
+
+// tenantDatabases parses the URLs of several databases: PostgreSQL only,
+// each named once.
+func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error) {
+	name := "--database-url"
+	if len(a.databaseURLFlags) == 0 {
+		name = m.name("database-urls")
+	}
+	var out []tenantDatabase
+	seen := map[string]bool{}
+	for _, raw := range urls {
+		a.redact.addDatabaseURL(raw)
+		if raw == "" || isSQLURL(raw) {
+			return nil, usagef("invalid %s `%s`: several databases are served with tenant discovery, which needs PostgreSQL URLs", name, redactDatabaseURL(raw))
+		}
+		pc, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return nil, usagef("invalid %s: %s", name, parseErrorMessage(raw, err))
+		}
+		a.redact.add(pc.ConnConfig.Password)
+		if a.pgbouncer {
+			outbox.ConfigurePgBouncer(pc)
+		}
+		label := describeDatabase(pc)
+		if seen[label] {
+			return nil, usagef("invalid %s: %s is named twice: give each database once", name, label)
+		}
+		seen[label] = true
+		out = append(out, tenantDatabase{pc: pc, label: label})
+	}
+	return out, nil
+}
+
+// runTenants serves every tenant schema of each database on a pool of its
+// own until ctx ends. With several databases each runs apart: one that is
+// down, slow or unreachable holds up only its own tenants, and is retried
+// until it answers.
+func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags) error {
+	a.logger.Info("relay publishing tenants to sink", "sink", sinkName, "relay_id", cfg.RelayID,
+		"tenant_schemas", t.schemas, "tenant_query", t.query, "databases", len(dbs), "retention", string(cfg.Retention), "listen", cfg.Listen)
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	stopNote := context.AfterFunc(ctx, func() {
+		a.logger.Info("shutdown signal received; finishing in-flight batches, up to --shutdown-timeout",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+		stopRun()
+	})
+	defer stopNote()
+	if len(dbs) == 1 {
+		ts, closePool, err := a.newTenants(ctx, dbs[0], cfg, t)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		return ts.Run(runCtx)
+	}
+	errs := make(chan error, len(dbs))
+	for _, d := range dbs {
+		go func() { errs <- a.serveTenantDatabase(runCtx, d, cfg, t) }()
+	}
+	var first error
+	for range dbs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			stopRun()
+		}
+	}
+	return first
+}
+
+// newTenants makes the pool and the tenant supervisor of one database.
+// With one database the pool is connected at once, so a wrong URL fails
+// the command.
+func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) (*outbox.Tenants, func(), error) {
+	pc := d.pc
 	outbox.ConfigureRelayPool(pc, cfg.RelayID)
 	if cfg.PgBouncer {
 		outbox.ConfigurePgBouncer(pc)
@@ -68,30 +164,61 @@ func (a *app) runTenants(ctx context.Context, pc *pgxpool.Config, cfg outbox.Rel
 	// connections out first come, first served, which keeps the tenants
 	// fair; raise pool_max_conns in the URL for many busy tenants.
 	pc.MaxConns = max(pc.MaxConns, int32(min(2*cfg.Workers+4, 1<<20)))
-	pool, err := a.open(ctx, pc)
-	if err != nil {
-		return err
+	var (
+		pool *pgxpool.Pool
+		err  error
+	)
+	if d.label == "" {
+		pool, err = a.open(ctx, pc)
+	} else {
+		// Lazy: a database that is down must not keep the others from
+		// starting.
+		pool, err = pgxpool.NewWithConfig(ctx, pc)
 	}
-	defer pool.Close()
+	if err != nil {
+		return nil, nil, err
+	}
 	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
-		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Logger: a.logger,
+		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Database: d.label, Logger: a.logger,
 	})
 	if err != nil {
-		return relayConfigError(err)
+		pool.Close()
+		return nil, nil, relayConfigError(err)
 	}
-	a.logger.Info("relay publishing tenants to sink", "sink", sinkName, "relay_id", cfg.RelayID,
-		"tenant_schemas", t.schemas, "tenant_query", t.query, "retention", string(cfg.Retention), "listen", cfg.Listen)
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-	stopNote := context.AfterFunc(ctx, func() {
-		a.logger.Info("shutdown signal received; finishing in-flight batches, up to --shutdown-timeout",
-			"shutdown_timeout", cfg.ShutdownTimeout)
-		stopRun()
-	})
-	defer stopNote()
-	if err := ts.Run(runCtx); err != nil {
+	return ts, pool.Close, nil
+}
+
+// serveTenantDatabase runs one database's tenants until ctx ends,
+// starting them again (with backoff) while the database does not answer.
+func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) error {
+	ts, closePool, err := a.newTenants(ctx, d, cfg, t)
+	if err != nil {
 		return err
 	}
+	defer closePool()
+	log := a.logger.With("database", d.label)
+	for attempt := 0; ; attempt++ {
+		err := ts.Start(ctx)
+		if err == nil {
+			if attempt > 0 {
+				log.Info("database answers; serving its tenants")
+			}
+			break
+		}
+		wait := min(time.Duration(1<<min(attempt, 5))*time.Second, 30*time.Second)
+		if attempt == 0 || attempt%10 == 0 {
+			log.Warn("database unavailable; its tenants wait, the other databases' are served; retrying", "error", a.redact.String(err.Error()), "retry_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	_ = ts.Stop(stopCtx)
 	return nil
 }
 
@@ -148,3 +275,26 @@ func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(d
 // quoteSchema shows a schema name safely on a terminal: quoted, with
 // control characters escaped.
 func quoteSchema(s string) string { return fmt.Sprintf("%q", s) }
+
+// urlsFlag is --database-url: repeatable, the last one is the database of
+// the commands that take one.
+type urlsFlag struct {
+	last *string
+	all  *[]string
+}
+
+func (u *urlsFlag) String() string {
+	if u.last == nil {
+		return ""
+	}
+	return *u.last
+}
+
+func (u *urlsFlag) Set(s string) error {
+	*u.last = s
+	*u.all = append(*u.all, s)
+	return nil
+}
+
+// Type is "string", as for any one-valued flag, in the help.
+func (u *urlsFlag) Type() string { return "string" }
