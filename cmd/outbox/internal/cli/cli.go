@@ -99,15 +99,15 @@ type app struct {
 	// relay with a tenant flag serves several databases; every other
 	// command refuses more than one.
 	databaseURLFlags []string
-	databaseURLName string // how the operator gave the database URL, for errors: --database-url or the config file key
-	schema          string
-	pgbouncer       bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
-	logFormat       string
-	logLevel        string
-	showVersion     bool // --version: print what outbox version prints
-	configPath      string
-	file            *fileConfig       // the --config file; nil without one
-	fileOrigins     map[string]string // global flags set from the file: their key and line
+	databaseURLName  string // how the operator gave the database URL, for errors: --database-url or the config file key
+	schema           string
+	pgbouncer        bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
+	logFormat        string
+	logLevel         string
+	showVersion      bool // --version: print what outbox version prints
+	configPath       string
+	file             *fileConfig       // the --config file; nil without one
+	fileOrigins      map[string]string // global flags set from the file: their key and line
 
 	logger *slog.Logger
 }

@@ -257,6 +257,10 @@ func TestConfigKeysMatchFlags(t *testing.T) {
 	relay, _, err := root.Find([]string{"relay"})
 	require.NoError(t, err)
 	for _, k := range fileKeys {
+		if k.flag == "database-urls" {
+			// database.urls is --database-url given several times.
+			k.flag = "database-url"
+		}
 		f := relay.Flags().Lookup(k.flag)
 		if f == nil {
 			f = root.PersistentFlags().Lookup(k.flag)
