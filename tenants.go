@@ -314,14 +314,29 @@ func (t *Tenants) stopAll(ctx context.Context) error {
 func (t *Tenants) discover(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.Relay.WithDefaults().DBTimeout)
 	defer cancel()
-	have, err := t.disc.OutboxSchemas(ctx)
+	return discoverTenants(ctx, t.disc, t.cfg.Schemas, t.cfg.Query, t.warnMissing)
+}
+
+// DiscoverTenants returns, sorted, the tenant schemas of db that hold an
+// outbox, as Tenants finds them: those matching the glob schemas, or those
+// the SELECT query names in its first column.
+func DiscoverTenants(ctx context.Context, db Database, schemas, query string) ([]string, error) {
+	disc, ok := db.Driver(SchemaDefault).(driver.TenantDiscoverer)
+	if !ok {
+		return nil, fmt.Errorf("outbox: tenants: %w: this database has none", ErrTenantsUnsupported)
+	}
+	return discoverTenants(ctx, disc, schemas, query, func(string) {})
+}
+
+func discoverTenants(ctx context.Context, disc driver.TenantDiscoverer, schemas, query string, missing func(string)) ([]string, error) {
+	have, err := disc.OutboxSchemas(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if t.cfg.Query == "" {
-		return slices.DeleteFunc(have, func(s string) bool { return !MatchGlob(t.cfg.Schemas, s) }), nil
+	if query == "" {
+		return slices.DeleteFunc(have, func(s string) bool { return !MatchGlob(schemas, s) }), nil
 	}
-	named, err := t.disc.QuerySchemas(ctx, t.cfg.Query)
+	named, err := disc.QuerySchemas(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("tenant query: %w", err)
 	}
@@ -335,17 +350,23 @@ func (t *Tenants) discover(ctx context.Context) ([]string, error) {
 			out = append(out, s)
 			continue
 		}
-		t.mu.Lock()
-		warned := t.missing[s]
-		t.missing[s] = true
-		t.mu.Unlock()
-		if !warned {
-			t.log.Warn("the tenant query names a schema without an outbox table (or without USAGE for this role); it is served once migrated: outbox migrate --tenant-query",
-				slog.String("tenant", s))
-		}
+		missing(s)
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// warnMissing warns once about a schema the query names without an
+// outbox.
+func (t *Tenants) warnMissing(s string) {
+	t.mu.Lock()
+	warned := t.missing[s]
+	t.missing[s] = true
+	t.mu.Unlock()
+	if !warned {
+		t.log.Warn("the tenant query names a schema without an outbox table (or without USAGE for this role); it is served once migrated: outbox migrate --tenant-query",
+			slog.String("tenant", s))
+	}
 }
 
 // refresh discovers the tenants, starts relays for new ones and stops the

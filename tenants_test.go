@@ -121,9 +121,11 @@ func TestTenantsServeEachSchemaWithItsTenant(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+testutil.Table(other)+` WHERE status = 'pending'`).Scan(&pending))
 	require.Equal(t, 2, pending)
 	for _, s := range []string{acme, globex, evil} {
-		var processed int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+testutil.Table(s)+` WHERE status = 'processed'`).Scan(&processed))
-		require.Equal(t, 2, processed, s)
+		testutil.WaitFor(t, 10*time.Second, "marked processed in "+s, func() bool {
+			var processed int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+testutil.Table(s)+` WHERE status = 'processed'`).Scan(&processed))
+			return processed == 2
+		})
 	}
 }
 
