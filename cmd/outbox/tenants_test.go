@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -276,4 +277,54 @@ SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) 
 	require.Contains(t, acked, labelA+":"+tenantA+":1")
 	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM), relay.stderr.String())
 	require.Contains(t, relay.stderr.String(), "database="+proxy.Addr()+"/"+dbName, "the cut was logged, naming the database without credentials")
+}
+
+func TestStatsPerTenantMatchesSQL(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	for i, s := range []string{prefix + "a", prefix + "b", prefix + `x"; --`} {
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, payload, status, created_at, available_at)
+SELECT 'x', '{}', (ARRAY['pending','processing','processed','failed'])[1 + g % 4], now() - interval '1 minute' * $2, now() - interval '1 minute' * $2
+FROM generate_series(1, $1) g`, 10*(i+1), i)
+		require.NoError(t, err)
+	}
+	res := run(t, nil, "--database-url", testutil.DatabaseURL(), "stats", "--tenant-schemas", prefix+"*", "--json")
+	requireOK(t, res)
+	var doc struct {
+		Tenants []struct {
+			Schema                                 string
+			Pending, Processing, Processed, Failed int64
+			OldestPendingAgeSeconds                float64 `json:"oldest_pending_age_seconds"`
+		}
+		Pending, Processing, Processed, Failed int64
+		OldestPendingAgeSeconds                float64 `json:"oldest_pending_age_seconds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+	require.Len(t, doc.Tenants, 3)
+	var total [4]int64
+	for i, tn := range doc.Tenants {
+		var want [4]int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'processing'),
+count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status = 'failed') FROM `+testutil.Table(tn.Schema)).Scan(&want[0], &want[1], &want[2], &want[3]))
+		require.Equal(t, want, [4]int64{tn.Pending, tn.Processing, tn.Processed, tn.Failed}, tn.Schema)
+		for k := range total {
+			total[k] += want[k]
+		}
+		if i > 0 {
+			require.LessOrEqual(t, tn.OldestPendingAgeSeconds, doc.Tenants[i-1].OldestPendingAgeSeconds, "sorted by lag")
+		}
+	}
+	require.Equal(t, prefix+`x"; --`, doc.Tenants[0].Schema, "the most lagging first")
+	require.InDelta(t, 120, doc.Tenants[0].OldestPendingAgeSeconds, 10)
+	require.Equal(t, total, [4]int64{doc.Pending, doc.Processing, doc.Processed, doc.Failed})
+	require.Equal(t, doc.Tenants[0].OldestPendingAgeSeconds, doc.OldestPendingAgeSeconds)
+
+	res = run(t, nil, "--database-url", testutil.DatabaseURL(), "stats", "--tenant-schemas", prefix+"*")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "total (3 tenants)")
+	require.Contains(t, res.stdout, prefix+"a")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/outboxadmin"
 )
 
 // tenantFlags are --tenant-schemas, --tenant-query and --tenant-refresh:
@@ -298,3 +300,78 @@ func (u *urlsFlag) Set(s string) error {
 
 // Type is "string", as for any one-valued flag, in the help.
 func (u *urlsFlag) Type() string { return "string" }
+
+// tenantStatsJSON is one tenant's counts in stats --tenant-schemas --json.
+type tenantStatsJSON struct {
+	Schema                  string  `json:"schema"`
+	Pending                 int64   `json:"pending"`
+	Processing              int64   `json:"processing"`
+	Processed               int64   `json:"processed"`
+	Failed                  int64   `json:"failed"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+}
+
+// tenantsStatsJSON is the stats --tenant-schemas --json document: every
+// tenant, sorted by lag (the oldest pending event first), and the totals
+// (the oldest pending age is the largest).
+type tenantsStatsJSON struct {
+	Tenants                 []tenantStatsJSON `json:"tenants"`
+	Pending                 int64             `json:"pending"`
+	Processing              int64             `json:"processing"`
+	Processed               int64             `json:"processed"`
+	Failed                  int64             `json:"failed"`
+	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
+}
+
+// tenantStats counts every tenant's events, one tenant at a time (the
+// counts of one schema are what Manager.Stats reads), and writes them.
+func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) error {
+	if t.schemas != "" && t.query != "" {
+		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	if kind != dburl.KindPostgres {
+		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
+	}
+	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
+	if err != nil {
+		return err
+	}
+	doc := tenantsStatsJSON{Tenants: make([]tenantStatsJSON, 0, len(schemas))}
+	for _, s := range schemas {
+		st, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: s}).Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
+		}
+		c := outboxadmin.NewCountsJSON(st)
+		doc.Tenants = append(doc.Tenants, tenantStatsJSON{Schema: s, Pending: c.Pending, Processing: c.Processing,
+			Processed: c.Processed, Failed: c.Failed, OldestPendingAgeSeconds: c.OldestPendingAgeSeconds})
+		doc.Pending += c.Pending
+		doc.Processing += c.Processing
+		doc.Processed += c.Processed
+		doc.Failed += c.Failed
+		doc.OldestPendingAgeSeconds = max(doc.OldestPendingAgeSeconds, c.OldestPendingAgeSeconds)
+	}
+	sort.SliceStable(doc.Tenants, func(i, j int) bool {
+		return doc.Tenants[i].OldestPendingAgeSeconds > doc.Tenants[j].OldestPendingAgeSeconds
+	})
+	if asJSON {
+		return writeJSON(a.stdout, doc)
+	}
+	tw := newTable(a.stdout, 2)
+	tw.row("tenant\tpending\tprocessing\tprocessed\tfailed\toldest pending age\n")
+	for _, r := range doc.Tenants {
+		tw.row("%s\t%d\t%d\t%d\t%d\t%s\n", safeText(r.Schema), r.Pending, r.Processing, r.Processed, r.Failed,
+			time.Duration(r.OldestPendingAgeSeconds*float64(time.Second)).Round(time.Millisecond))
+	}
+	tw.row("total (%d tenants)\t%d\t%d\t%d\t%d\t%s\n", len(doc.Tenants), doc.Pending, doc.Processing, doc.Processed, doc.Failed,
+		time.Duration(doc.OldestPendingAgeSeconds*float64(time.Second)).Round(time.Millisecond))
+	return tw.flush()
+}
