@@ -39,7 +39,7 @@ func setupTenants(t *testing.T) tenantBundle {
 
 // tenant creates and migrates the tenant schema prefix+name, dropped when
 // the test ends, and returns its name.
-func (b tenantBundle) tenant(t *testing.T, name string) string {
+func (b tenantBundle) tenant(t testing.TB, name string) string {
 	t.Helper()
 	schema := b.prefix + name
 	t.Cleanup(func() { testutil.DropSchema(t, b.pool, schema) })
