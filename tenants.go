@@ -215,6 +215,7 @@ func (t *Tenants) Start(ctx context.Context) error {
 		<-t.stop
 		cancel()
 		wg.Wait()
+		t.disc.CloseScan()
 		close(t.done)
 	}()
 	t.log.Info("tenants started", slog.Int("tenants", len(t.Schemas())), slog.Duration("refresh", t.cfg.Refresh),

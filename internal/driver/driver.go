@@ -322,6 +322,8 @@ type TenantDiscoverer interface {
 	// (its relay died: a rescue is due), in one statement per few hundred
 	// schemas. A schema whose table vanished makes the call fail.
 	DueSchemas(ctx context.Context, schemas []string) (due, expired []string, err error)
+	// CloseScan releases what DueSchemas keeps between calls.
+	CloseScan()
 	// ListenSchemas calls wake with the schema each writer's notification
 	// names, on one connection for the whole database, until ctx ends.
 	ListenSchemas(ctx context.Context, wake func(schema string), connected func(), onErr func(error))
