@@ -398,3 +398,43 @@ func TestTenantsIdleCostIsFlat(t *testing.T) {
 	t.Logf("%d idle tenants: %.1f statements/s", tenants, rate)
 	require.Less(t, rate, 10.0, "one scan statement every 250ms, and nothing per tenant")
 }
+
+// With Listen, one connection in LISTEN wakes the tenant each writer's
+// NOTIFY names; no scan is needed (it is an hour apart here).
+func TestTenantsListenWakesTheNotifiedTenant(t *testing.T) {
+	t.Parallel()
+	b := setupTenants(t)
+	acme, globex := b.tenant(t, "acme"), b.tenant(t, "globex")
+	appName := "outbox-relay:" + b.prefix
+	relayPool := testutil.NewPool(t, appName)
+	rec := outboxtest.NewRecorder()
+	ts, err := outbox.NewTenants(outbox.Postgres(relayPool), outbox.TenantsConfig{
+		Relay:        outbox.RelayConfig{Sink: rec, Listen: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Schemas:      b.prefix + "*",
+		ScanInterval: time.Hour, IdlePoll: time.Hour,
+	})
+	require.NoError(t, err)
+	require.NoError(t, ts.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, ts.Stop(ctx))
+	})
+	listening := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'`, appName).Scan(&n))
+		return n
+	}
+	testutil.WaitFor(t, 10*time.Second, "listening", func() bool { return listening() == 1 })
+	for i, s := range []string{globex, acme, globex} {
+		w := outbox.NewWriter(outbox.WriterConfig{Schema: s, NotifyInterval: time.Nanosecond})
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = w.Write(b.ctx, tx, outbox.Message{EventType: "woke", Payload: i})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(b.ctx))
+		rec.WaitLen(t, i+1, 10*time.Second)
+		require.Equal(t, s, rec.Events()[i].Tenant)
+	}
+	require.Equal(t, 1, listening(), "one LISTEN connection for every tenant")
+}
