@@ -423,6 +423,9 @@ func (t *Tenants) refresh(ctx context.Context) error {
 			t.log.Info("tenant served", slog.String("tenant", s))
 		}
 	}
+	if len(added) >= 20 {
+		t.log.Info("tenants served", slog.Int("added", len(added)), slog.Int("tenants", len(t.Schemas())))
+	}
 	return nil
 }
 
