@@ -219,7 +219,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		rawDB string
 		multi []tenantDatabase // several databases, with a tenant flag
 	)
-	if urls := a.tenantDatabaseURLs(m, &rf.tenants); len(urls) > 1 {
+	if urls := a.tenantDatabaseURLs(&rf.tenants); len(urls) > 1 {
 		if multi, err = a.tenantDatabases(urls, m); err != nil {
 			return err
 		}

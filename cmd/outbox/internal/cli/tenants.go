@@ -69,7 +69,7 @@ type tenantDatabase struct {
 // tenantDatabaseURLs returns the databases a tenant relay serves when
 // there are several: every --database-url, else the config file's
 // database.urls; nil for one database.
-func (a *app) tenantDatabaseURLs(m *merger, t *tenantFlags) []string {
+func (a *app) tenantDatabaseURLs(t *tenantFlags) []string {
 	if !t.on() {
 		return nil
 	}
@@ -77,7 +77,6 @@ func (a *app) tenantDatabaseURLs(m *merger, t *tenantFlags) []string {
 		return a.databaseURLFlags
 	}
 	if len(t.fileURLs) > 0 && a.databaseURLFlag == "" {
-		_ = m
 		return t.fileURLs
 	}
 	return nil
