@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -76,7 +77,9 @@ func (a *app) tenantDatabaseURLs(t *tenantFlags) []string {
 	if len(a.databaseURLFlags) > 0 {
 		return a.databaseURLFlags
 	}
-	if len(t.fileURLs) > 0 && a.databaseURLFlag == "" {
+	// The environment's one URL wins over the file, as it does over
+	// database.url.
+	if len(t.fileURLs) > 0 && os.Getenv(EnvDatabaseURL) == "" {
 		return t.fileURLs
 	}
 	return nil
