@@ -238,6 +238,16 @@ type RelayConfig struct {
 	// interfaces (HookBatch, HookDeadLetter, HookPublish, HookRescue,
 	// HookPurge, HookLeaderLease, HookDeadLetterRetry, HookSinkState).
 	Hooks []Hook
+	// Tenant, when set, is stamped on every claimed event as Event.Tenant,
+	// which makes Event.UniqueID (the id brokers and consumers drop
+	// duplicates on) qualified by it. Tenants sets it to the schema of
+	// each relay it runs; set it for a relay of your own only when several
+	// relays with different schemas publish into one destination.
+	Tenant string
+	// Database, when set, is stamped on every claimed event as
+	// Event.Database, and qualifies Event.UniqueID further; Tenants sets it
+	// when it serves several databases. Never put credentials in it.
+	Database string
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.

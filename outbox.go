@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +69,54 @@ type Event struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	ProcessedAt   time.Time
+	// Tenant is the schema the event was claimed from when the relay
+	// serves several sources (tenant schemas, or several databases; see
+	// Tenants), so a handler sink runs in the tenant's context and brokers
+	// carry it (the CloudEvents extension attribute tenant). It is empty
+	// for a relay that serves one schema.
+	Tenant string
+	// Database labels the database the event was claimed from (host/name,
+	// never credentials) when the relay serves several databases; empty
+	// otherwise. Brokers carry it as the extension attribute database.
+	Database string
+}
+
+// UniqueID is the identity consumers and brokers drop duplicates on: the
+// event's ID in decimal for a relay that serves one schema (as it always
+// was), and the ID qualified by its source otherwise, since every schema
+// and database has its own ID sequence: tenant:id when Tenant is set, and
+// database:tenant:id when Database is set too. In a qualified ID each part
+// is percent-encoded where it holds a colon, a percent sign, a space, a
+// double quote or a byte outside printable ASCII, so the ID is one token
+// that fits any header and two sources never share one.
+func (e *Event) UniqueID() string {
+	id := strconv.FormatInt(e.ID, 10)
+	if e.Tenant == "" && e.Database == "" {
+		return id
+	}
+	q := escapeIDPart(e.Tenant) + ":" + id
+	if e.Database != "" {
+		q = escapeIDPart(e.Database) + ":" + q
+	}
+	return q
+}
+
+// escapeIDPart percent-encodes the bytes of s that may not appear in one
+// part of a qualified ID.
+func escapeIDPart(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c == '"' || c == '%' || c == ':' || c >= 0x7f {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // Header names the writer sets from Message's first-class fields. Sinks carry

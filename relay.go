@@ -463,6 +463,7 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 // probe's batch decides the sink's circuit (relay_circuit.go).
 func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration, probe bool) {
 	events := eventsFromRows(claim.Events)
+	r.stampSource(events)
 	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil}
 	r.book.claimed(fence, len(events), r.cfg.Lease)
 	defer r.book.finish(fence)

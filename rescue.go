@@ -34,6 +34,7 @@ func (r *Relay) rescue(ctx context.Context, limit int) (int, error) {
 		r.Wake()
 	}
 	info := RescueInfo{RelayID: r.cfg.RelayID, Rescued: res.Rescued, Dead: eventsFromRows(res.Dead)}
+	r.stampSource(info.Dead)
 	for _, e := range info.Dead {
 		r.deadLetter(ctx, e, ErrLeaseExpired)
 	}

@@ -44,7 +44,6 @@ import (
 	"cmp"
 	"context"
 	"maps"
-	"strconv"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -263,7 +262,7 @@ func (t *Tracing) attributes(e *outbox.Event, dest, routingKey string) []attribu
 	attrs = append(attrs,
 		semconv.MessagingOperationTypeSend,
 		semconv.MessagingOperationName(Operation),
-		semconv.MessagingMessageID(strconv.FormatInt(e.ID, 10)),
+		semconv.MessagingMessageID(e.UniqueID()),
 		semconv.MessagingMessageBodySize(len(e.Payload)),
 		AttrEventType.String(e.EventType),
 		AttrAttempt.Int(e.Attempts+1),

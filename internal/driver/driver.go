@@ -304,3 +304,27 @@ type Listener interface {
 	// until ctx ends, reconnecting after errors (reported to onErr).
 	Listen(ctx context.Context, wake func(), onErr func(error))
 }
+
+// TenantDiscoverer is implemented by drivers whose database can hold one
+// outbox per schema (tenant), served by one relay process: PostgreSQL.
+type TenantDiscoverer interface {
+	// UserSchemas returns, sorted, every schema but the database's own
+	// catalogs (pg_*, information_schema): the candidates to migrate.
+	UserSchemas(ctx context.Context) ([]string, error)
+	// OutboxSchemas returns, sorted, the schemas that hold an outbox_events
+	// table the connection's role may use.
+	OutboxSchemas(ctx context.Context) ([]string, error)
+	// QuerySchemas runs query, an operator's SELECT, and returns the first
+	// column of its rows as text, in order, duplicates dropped.
+	QuerySchemas(ctx context.Context, query string) ([]string, error)
+	// DueSchemas returns those of schemas whose outbox holds a pending
+	// event that is due, and those holding an event whose lease expired
+	// (its relay died: a rescue is due), in one statement per few hundred
+	// schemas. A schema whose table vanished makes the call fail.
+	DueSchemas(ctx context.Context, schemas []string) (due, expired []string, err error)
+	// CloseScan releases what DueSchemas keeps between calls.
+	CloseScan()
+	// ListenSchemas calls wake with the schema each writer's notification
+	// names, on one connection for the whole database, until ctx ends.
+	ListenSchemas(ctx context.Context, wake func(schema string), connected func(), onErr func(error))
+}

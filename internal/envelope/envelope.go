@@ -9,7 +9,6 @@ package envelope
 import (
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +27,11 @@ const (
 	// AggregateType is the extension that carries the event's aggregate
 	// type; subject carries its aggregate ID.
 	AggregateType = "aggregatetype"
+	// Tenant is the extension that carries Event.Tenant, the schema of a
+	// relay that serves several; Database carries Event.Database. Each is
+	// set only when the event has one, and then no header may shadow it.
+	Tenant   = "tenant"
+	Database = "database"
 
 	// SpecVersionValue is the CloudEvents version sinks speak.
 	SpecVersionValue = "1.0"
@@ -58,7 +62,8 @@ type Trace struct {
 // Envelope is everything a sink sends besides the payload.
 type Envelope struct {
 	// Attributes lists the context attributes (specversion, id, type,
-	// source, subject, time, datacontenttype, aggregatetype) followed by
+	// source, subject, time, datacontenttype, aggregatetype, and tenant and
+	// database when the event has them) followed by
 	// one extension per event header, sorted by name.
 	Attributes []Attribute
 	Trace      Trace
@@ -77,7 +82,10 @@ func For(e *outbox.Event, source string) Envelope {
 		}
 	}
 	add(SpecVersion, SpecVersionValue)
-	add(ID, strconv.FormatInt(e.ID, 10))
+	// The id is unique per source; with several sources it is qualified
+	// by the tenant and database, since brokers (JetStream) and consumers
+	// drop duplicates on it alone.
+	add(ID, e.UniqueID())
 	add(Type, e.EventType)
 	add(Source, source)
 	add(Subject, e.AggregateID)
@@ -86,6 +94,8 @@ func For(e *outbox.Event, source string) Envelope {
 	}
 	add(DataContentType, ContentType)
 	add(AggregateType, e.AggregateType)
+	add(Tenant, e.Tenant)
+	add(Database, e.Database)
 
 	var env Envelope
 	// Sorted so that, of several headers mapping to one name, the same one
@@ -93,7 +103,8 @@ func For(e *outbox.Event, source string) Envelope {
 	seen := make(map[string]bool, len(e.Headers))
 	for _, header := range slices.Sorted(maps.Keys(e.Headers)) {
 		name := AttributeName(header)
-		if name == "" || seen[name] || slices.Contains(reserved, name) {
+		if name == "" || seen[name] || slices.Contains(reserved, name) ||
+			name == Tenant && e.Tenant != "" || name == Database && e.Database != "" {
 			continue
 		}
 		seen[name] = true

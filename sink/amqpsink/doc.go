@@ -48,7 +48,8 @@
 //
 //	content-type            application/json (the datacontenttype attribute)
 //	delivery-mode           2, persistent
-//	message-id              Event.ID in decimal: the key consumers dedupe on
+//	message-id              Event.UniqueID(): the ID in decimal (qualified <tenant>:<id>
+//	                        by a relay serving several schemas), the key consumers dedupe on
 //	type                    Event.EventType
 //	timestamp               Event.CreatedAt (AMQP timestamps have whole seconds)
 //	correlation-id          the correlation_id header, when set

@@ -3,7 +3,6 @@ package amqpsink
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -60,7 +59,7 @@ func (s *Sink) newMessage(e *outbox.Event) (message, error) {
 		Headers:       headers,
 		ContentType:   envelope.ContentType,
 		DeliveryMode:  amqp.Persistent,
-		MessageId:     strconv.FormatInt(e.ID, 10),
+		MessageId:     e.UniqueID(),
 		Type:          e.EventType,
 		CorrelationId: e.CorrelationID(),
 		Body:          e.Payload,

@@ -221,3 +221,19 @@ func (brokenLedger) Succeeded(context.Context, []int64) (map[int64][]string, err
 func (brokenLedger) RecordSuccess(context.Context, int64, string) error {
 	return errors.New("ledger down")
 }
+
+// Tenants' event IDs repeat: a ledger keyed on the bare ID would skip one
+// tenant's handlers for another's success, so the sink refuses them.
+func TestLedgerRefusesTenantEvents(t *testing.T) {
+	t.Parallel()
+	var ran bool
+	sink := handlersink.New(handlersink.Config{Ledger: brokenLedger{}})
+	sink.HandleNamed("x", "a", func(context.Context, outbox.Event) error { ran = true; return nil })
+	e := event(42, "x")
+	e.Tenant = "s_acme"
+	errs := sink.Publish(context.Background(), []outbox.Event{e})
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], "handlersink: event s_acme:42: the handler ledger keys on the bare event ID")
+	require.False(t, outbox.IsPermanent(errs[0]))
+	require.False(t, ran)
+}

@@ -103,7 +103,9 @@ type named struct {
 // deduplication) can be another.
 //
 // Event IDs are unique within one outbox table: use one ledger (one table)
-// per outbox table a Sink serves.
+// per outbox table a Sink serves. A Sink with a Ledger refuses (retryably)
+// events of a relay serving several tenants (Event.Tenant set), whose IDs
+// repeat.
 type HandlerLedger interface {
 	// Succeeded returns, for each of eventIDs that has any, the names of
 	// the handlers recorded as succeeded for it.
@@ -216,6 +218,13 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	errs := make([]error, len(events))
 	var done map[int64][]string
 	if s.cfg.Ledger != nil && s.anyNamed(events) {
+		if e := &events[0]; e.Tenant != "" || e.Database != "" {
+			// Event IDs repeat across tenants and databases (each schema
+			// has its own sequence), and the ledger keys on the bare ID:
+			// tenant B's event 42 would skip the handlers tenant A's
+			// event 42 ran. Refuse rather than skip a handler unseen.
+			return outbox.BatchError(len(events), fmt.Errorf("handlersink: event %s: the handler ledger keys on the bare event ID, which repeats across the tenants a relay serves (outbox.Tenants): serve tenants with a Sink without a Ledger, or one Sink and Ledger per tenant", e.UniqueID()))
+		}
 		ids := make([]int64, len(events))
 		for i := range events {
 			ids[i] = events[i].ID

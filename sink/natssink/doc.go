@@ -63,18 +63,22 @@
 // (binary content mode, which needs NATS 2.2 or later):
 //
 //	ce-specversion      1.0
-//	ce-id               Event.ID, in decimal
+//	ce-id               Event.UniqueID(): the ID in decimal, qualified as
+//	                    <tenant>:<id> by a relay serving several schemas
 //	ce-type             Event.EventType
 //	ce-source           Config.Source (default /outbox)
 //	ce-subject          Event.AggregateID (left out when empty)
 //	ce-time             Event.CreatedAt in UTC, RFC 3339 with nanoseconds
 //	ce-datacontenttype  application/json
 //	ce-aggregatetype    Event.AggregateType (left out when empty)
+//	ce-tenant           Event.Tenant, the schema, from a relay serving
+//	                    tenants (left out otherwise); ce-database alike
 //	ce-<name>           one extension attribute per event header, such as
 //	                    ce-correlationid, ce-causationid, ce-schemaversion
 //	traceparent         the W3C trace context, when the event carries one
 //	tracestate
-//	Nats-Msg-Id         Event.ID, in decimal: JetStream's deduplication ID
+//	Nats-Msg-Id         Event.UniqueID(): JetStream's deduplication ID, so
+//	                    tenants whose IDs repeat share a stream safely
 //	Nats-Expected-Stream  Config.Stream, when set: JetStream refuses the
 //	                    message if another stream would store it
 //

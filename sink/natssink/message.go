@@ -3,7 +3,6 @@ package natssink
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -27,7 +26,7 @@ func newMsg(subject, source string, e *outbox.Event) *nats.Msg {
 		// binding a Content-Type header would mean structured mode.
 		h.Set(HeaderPrefix+a.Name, envelope.PercentEncode(a.Value))
 	}
-	h.Set(jetstream.MsgIDHeader, strconv.FormatInt(e.ID, 10))
+	h.Set(jetstream.MsgIDHeader, e.UniqueID())
 	if v := env.Trace.TraceParent; v != "" && envelope.ValidHeaderValue(v) {
 		h.Set(outbox.HeaderTraceParent, v)
 	}

@@ -502,3 +502,28 @@ func TestHealthAnswersWithoutADeadline(t *testing.T) {
 	s := newSink(t, b.config(t))
 	require.NoError(t, s.Health(context.Background()), "a connected sink is healthy, deadline or not")
 }
+
+// Two tenants' schemas each have an event 42: JetStream must store both,
+// each with its own tenant, and still drop a re-publish of either.
+func TestTenantsWithTheSameIDsAreNotDuplicates(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	s := newSink(t, b.config(t))
+	acme := sinktest.NewEvent("order.created", `{"t":"acme"}`)
+	acme.ID, acme.Tenant = 42, "s_acme"
+	globex := acme
+	globex.Tenant, globex.Payload = "s_globex", json.RawMessage(`{"t":"globex"}`)
+	for range 2 {
+		require.Nil(t, s.Publish(t.Context(), []outbox.Event{acme, globex}))
+	}
+	msgs := b.messages(t, 1)
+	require.Len(t, msgs, 2, "one message per tenant, the re-publishes dropped")
+	for i, want := range []struct{ tenant, id, data string }{
+		{"s_acme", "s_acme:42", `{"t":"acme"}`}, {"s_globex", "s_globex:42", `{"t":"globex"}`},
+	} {
+		require.Equal(t, want.data, string(msgs[i].Data))
+		require.Equal(t, want.tenant, msgs[i].Header.Get("ce-tenant"))
+		require.Equal(t, want.id, msgs[i].Header.Get("ce-id"))
+		require.Equal(t, want.id, msgs[i].Header.Get(jetstream.MsgIDHeader))
+	}
+}

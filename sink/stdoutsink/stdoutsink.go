@@ -60,6 +60,8 @@ func New(w io.Writer) *Sink {
 // line is the JSON shape of one event.
 type line struct {
 	ID             int64             `json:"id"`
+	Tenant         string            `json:"tenant,omitempty"`
+	Database       string            `json:"database,omitempty"`
 	EventType      string            `json:"event_type"`
 	AggregateType  string            `json:"aggregate_type,omitempty"`
 	AggregateID    string            `json:"aggregate_id,omitempty"`
@@ -94,7 +96,7 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		e := &events[i]
 		mark := buf.Len()
 		err := enc.Encode(line{
-			ID: e.ID, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+			ID: e.ID, Tenant: e.Tenant, Database: e.Database, EventType: e.EventType, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
 			Payload: payloadOrNull(e.Payload), Headers: e.Headers, Attempts: e.Attempts,
 			IdempotencyKey: e.IdempotencyKey, CreatedAt: e.CreatedAt.UTC(), AvailableAt: e.AvailableAt.UTC(),
 		})

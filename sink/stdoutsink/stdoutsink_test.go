@@ -130,6 +130,14 @@ func TestLineHasEveryField(t *testing.T) {
 		b.out.String())
 }
 
+func TestLineCarriesTheTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := outbox.Event{ID: 7, Tenant: "s_acme", Database: "db1:5432/app", EventType: "x", Payload: json.RawMessage(`{}`)}
+	require.Nil(t, b.sink.Publish(t.Context(), []outbox.Event{e}))
+	require.Equal(t, `{"id":7,"tenant":"s_acme","database":"db1:5432/app","event_type":"x","payload":{}}`+"\n", b.out.String())
+}
+
 func TestLineOmitsEmptyOptionalFields(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -19,12 +19,15 @@
 // headers:
 //
 //	ce-specversion    1.0
-//	ce-id             Event.ID, in decimal
+//	ce-id             Event.UniqueID(): the ID in decimal, qualified as
+//	                  <tenant>:<id> by a relay serving several schemas
 //	ce-type           Event.EventType
 //	ce-source         Config.Source (default "/outbox")
 //	ce-subject        Event.AggregateID (left out when empty)
 //	ce-time           Event.CreatedAt in UTC, RFC 3339 with nanoseconds (left out when zero)
 //	ce-aggregatetype  Event.AggregateType (left out when empty)
+//	ce-tenant         Event.Tenant, the schema, from a relay serving tenants
+//	ce-database       Event.Database, from a relay serving several databases
 //	ce-<name>         one extension attribute per entry of Event.Headers, see below
 //	traceparent       Event.Headers["traceparent"], the W3C trace context
 //	tracestate        Event.Headers["tracestate"]
@@ -64,7 +67,8 @@
 // With Config.Secret set, every request carries the Standard Webhooks
 // (https://www.standardwebhooks.com) headers:
 //
-//	webhook-id         Event.ID, the same on every retry so receivers drop duplicates on it
+//	webhook-id         Event.UniqueID() (the ID, qualified <tenant>:<id> by a relay serving
+//	                   several schemas), the same on every retry so receivers drop duplicates on it
 //	webhook-timestamp  the time of this attempt, in Unix seconds
 //	webhook-signature  v1,<base64 of HMAC-SHA256(key, "<id>.<timestamp>.<body>")>
 //

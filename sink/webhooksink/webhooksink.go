@@ -221,7 +221,7 @@ func (s *Sink) newRequest(ctx context.Context, e *outbox.Event) (*http.Request, 
 	req.Header.Set("User-Agent", s.cfg.UserAgent)
 	setCloudEventHeaders(req.Header, s.cfg.Source, e)
 	if s.signer != nil {
-		id := strconv.FormatInt(e.ID, 10)
+		id := e.UniqueID()
 		ts := time.Now()
 		sig, err := s.signer.Sign(id, ts, e.Payload)
 		if err != nil {

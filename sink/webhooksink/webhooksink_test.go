@@ -330,3 +330,38 @@ func TestCancelledContextSendsNothing(t *testing.T) {
 	}
 	require.Empty(t, srv.received())
 }
+
+// Two tenants' schemas each have an event 4711: a receiver that drops
+// duplicates on webhook-id (or ce-id) must take both, and still drop the
+// re-delivery of either; the Standard Webhooks signature covers the
+// qualified id.
+func TestTenantsWithTheSameIDsAreNotDuplicates(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	secret := newSecret(t)
+	s := newSink(t, srv, webhooksink.Config{Secret: secret})
+	acme := fullEvent()
+	acme.Tenant = "s_acme"
+	globex := acme
+	globex.Tenant, globex.Database = `x"; drop table y; --`, "db2:5432/app"
+	for range 2 {
+		require.Nil(t, s.Publish(t.Context(), []outbox.Event{acme, globex}))
+	}
+	wh, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	kept := map[string]received{}
+	for _, r := range srv.received() {
+		require.NoError(t, wh.Verify(r.Body, r.Header))
+		ceID, err := url.PathUnescape(r.Header.Get("ce-id"))
+		require.NoError(t, err)
+		require.Equal(t, r.Header.Get("webhook-id"), ceID, "ce-id is the same id, percent-encoded as the binding requires")
+		if _, dup := kept[r.Header.Get("webhook-id")]; !dup {
+			kept[r.Header.Get("webhook-id")] = r
+		}
+	}
+	require.Len(t, kept, 2, "a receiver deduplicating on webhook-id keeps one delivery per tenant")
+	require.Equal(t, "s_acme", kept["s_acme:4711"].Header.Get("ce-tenant"))
+	g := kept["db2%3A5432/app:x%22;%20drop%20table%20y;%20--:4711"]
+	require.Equal(t, `x%22;%20drop%20table%20y;%20--`, g.Header.Get("ce-tenant"), "percent-encoded as the binding requires")
+	require.Equal(t, "db2:5432/app", g.Header.Get("ce-database"))
+}

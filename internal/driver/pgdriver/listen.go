@@ -27,9 +27,23 @@ const (
 // connection is logged through onErr and re-established with backoff;
 // Listen returns only when ctx ends.
 func (d *Driver) Listen(ctx context.Context, wake func(), onErr func(error)) {
+	d.ListenSchemas(ctx, func(schema string) {
+		if schema == d.schema {
+			wake()
+		}
+	}, func() { wake() }, onErr)
+}
+
+// ListenSchemas holds one pool connection in LISTEN and calls wake with the
+// schema each notification names, whatever the schema, until ctx ends;
+// connected is called each time the LISTEN takes effect, since events
+// committed before it sent no notification this session receives. One
+// connection serves every tenant schema of the database. A lost connection
+// is logged through onErr and re-established with backoff.
+func (d *Driver) ListenSchemas(ctx context.Context, wake func(schema string), connected func(), onErr func(error)) {
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := d.listenOnce(ctx, wake)
+		err := d.listenOnce(ctx, wake, connected)
 		if ctx.Err() != nil {
 			return
 		}
@@ -45,7 +59,7 @@ func (d *Driver) Listen(ctx context.Context, wake func(), onErr func(error)) {
 	}
 }
 
-func (d *Driver) listenOnce(ctx context.Context, wake func()) error {
+func (d *Driver) listenOnce(ctx context.Context, wake func(string), connected func()) error {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -57,16 +71,14 @@ func (d *Driver) listenOnce(ctx context.Context, wake func()) error {
 	}
 	// Events committed before LISTEN took effect sent no notification we
 	// can receive: claim once now.
-	wake()
+	connected()
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, listenCheckInterval)
 		n, err := conn.Conn().WaitForNotification(waitCtx)
 		cancel()
 		switch {
 		case err == nil:
-			if n.Payload == d.schema {
-				wake()
-			}
+			wake(n.Payload)
 		case ctx.Err() == nil && waitCtx.Err() != nil:
 			// Silent for a while: make sure the server still answers. A
 			// timed-out wait leaves the connection usable.

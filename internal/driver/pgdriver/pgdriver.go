@@ -26,13 +26,15 @@ type Driver struct {
 	ordered [2]orderedQueries
 	// orderedState is shared by the ordered claims of every relay loop.
 	orderedState orderedState
+	// scan is the connection of the tenants' due scan (tenants.go).
+	scan *scanConn
 }
 
 var _ driver.Driver = (*Driver)(nil)
 
 // New returns the driver for the outbox table in schema.
 func New(pool *pgxpool.Pool, schema string) *Driver {
-	d := &Driver{pool: pool, schema: schema}
+	d := &Driver{pool: pool, schema: schema, scan: &scanConn{}}
 	d.table = pgx.Identifier{schema, "outbox_events"}.Sanitize()
 	d.q = buildQueries(d.table)
 	d.ordered = [2]orderedQueries{buildOrderedQueries(d.table, false), buildOrderedQueries(d.table, true)}

@@ -95,15 +95,19 @@ type app struct {
 	redact *redactor
 
 	databaseURLFlag string
-	databaseURLName string // how the operator gave the database URL, for errors: --database-url or the config file key
-	schema          string
-	pgbouncer       bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
-	logFormat       string
-	logLevel        string
-	showVersion     bool // --version: print what outbox version prints
-	configPath      string
-	file            *fileConfig       // the --config file; nil without one
-	fileOrigins     map[string]string // global flags set from the file: their key and line
+	// databaseURLFlags is every --database-url given, in order: outbox
+	// relay with a tenant flag serves several databases; every other
+	// command refuses more than one.
+	databaseURLFlags []string
+	databaseURLName  string // how the operator gave the database URL, for errors: --database-url or the config file key
+	schema           string
+	pgbouncer        bool // --pgbouncer: PostgreSQL through PgBouncer in transaction mode
+	logFormat        string
+	logLevel         string
+	showVersion      bool // --version: print what outbox version prints
+	configPath       string
+	file             *fileConfig       // the --config file; nil without one
+	fileOrigins      map[string]string // global flags set from the file: their key and line
 
 	logger *slog.Logger
 }
@@ -140,7 +144,7 @@ appears in output or logs.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 
 	f := root.PersistentFlags()
-	f.StringVar(&a.databaseURLFlag, "database-url", "", "database URL: postgres://user:password@host:5432/db, sqlite:///path/app.db or mysql://user:password@host:3306/db (default $"+EnvDatabaseURL+")")
+	f.Var(&urlsFlag{last: &a.databaseURLFlag, all: &a.databaseURLFlags}, "database-url", "database URL: postgres://user:password@host:5432/db, sqlite:///path/app.db or mysql://user:password@host:3306/db (default $"+EnvDatabaseURL+"); repeatable for outbox relay with --tenant-schemas or --tenant-query")
 	f.StringVar(&a.schema, "schema", outbox.SchemaDefault, "schema that holds outbox_events (or $"+EnvSchema+")")
 	f.BoolVar(&a.pgbouncer, "pgbouncer", false, "PostgreSQL is reached through PgBouncer in transaction mode: no prepared statements, no startup parameters but application_name, no LISTEN (the relay polls)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json (or $"+EnvLogFormat+")")

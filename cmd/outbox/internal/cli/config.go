@@ -63,6 +63,7 @@ var fileKeys = []fileKey{
 	{"database", "url", "database-url", kindString},
 	{"database", "schema", "schema", kindString},
 	{"database", "pgbouncer", "pgbouncer", kindBool},
+	{"database", "urls", "database-urls", kindList},
 
 	{"sink", "url", "sink", kindString},
 	{"sink", "source", "source", kindString},
@@ -104,6 +105,10 @@ var fileKeys = []fileKey{
 	{"relay", "heartbeat_interval", "heartbeat-interval", kindDurationOff},
 	{"relay", "ordering", "ordering", kindOrdering},
 	{"relay", "ordered_failure", "ordered-failure", kindOrderedFailure},
+
+	{"tenants", "schemas", "tenant-schemas", kindString},
+	{"tenants", "query", "tenant-query", kindString},
+	{"tenants", "refresh", "tenant-refresh", kindDuration},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},

@@ -27,6 +27,7 @@ database:
   url: postgres://relay:${DB_PASSWORD}@db:5432/app
   schema: orders
   pgbouncer: true
+  urls: [postgres://db1/app, postgres://db2/app]
 sink:
   url: nats://127.0.0.1:4222?stream=ORDERS
   source: /orders
@@ -77,6 +78,10 @@ observability:
   otel: false
   log_level: debug
   log_format: json
+tenants:
+  schemas: s_*
+  query: SELECT schema_name FROM public.tenants
+  refresh: 1m
 `
 
 func TestParseConfigFileEveryKey(t *testing.T) {
@@ -93,11 +98,14 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "postgres://relay:pw$1@db:5432/app", get("database-url").str)
 	require.Equal(t, "database.url (relay.yaml:3)", get("database-url").origin())
 	require.Equal(t, "orders", get("schema").str)
+	require.Equal(t, []string{"postgres://db1/app", "postgres://db2/app"}, get("database-urls").list)
+	require.Equal(t, "s_*", get("tenant-schemas").str)
+	require.Equal(t, time.Minute, get("tenant-refresh").dur)
 	require.Equal(t, "whsec", get("webhook-secret").str)
 	require.Equal(t, "/etc/outbox/ca.pem", get("webhook-ca").str)
 	require.Equal(t, "/etc/outbox/client.pem", get("webhook-cert").str)
 	require.Equal(t, "/run/keys/client-key.pem", get("webhook-key").str)
-	require.Equal(t, "sink.webhook_key (relay.yaml:12)", get("webhook-key").origin())
+	require.Equal(t, "sink.webhook_key (relay.yaml:13)", get("webhook-key").origin())
 	require.Equal(t, 4, get("sink-concurrency").num)
 	require.Equal(t, "app.{event_type}", get("route").str)
 	require.Equal(t, []route.Rule{{EventType: "order.*", Topic: "orders.{aggregate_id}"}, {EventType: "*", Topic: "rest"}}, get("route-rule").rules)
@@ -113,7 +121,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "aggregate", get("ordering").str)
 	require.Equal(t, "skip", get("ordered-failure").str)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:28)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:29)", get("lease").origin())
 	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")
 	require.Equal(t, 30*24*time.Hour, get("purge-failed-after").dur)
 	require.Equal(t, 30*time.Minute, get("purge-interval").dur)
@@ -144,7 +152,7 @@ func TestParseConfigFileErrors(t *testing.T) {
 		want       string // the whole message after "c.yaml:"
 	}{
 		{"unknown section", "relay:\n  lease: 1s\nrelays:\n  x: 1\n",
-			`3: unknown section "relays": use one of database, sink, routing, relay, observability`},
+			`3: unknown section "relays": use one of database, sink, routing, relay, tenants, observability`},
 		{"unknown key", "relay:\n  lease: 30s\n  leese: 1s\n",
 			`3: relay: unknown key "leese": use one of id, event_types, batch_size, workers, poll_interval, lease, sink_timeout, shutdown_timeout, db_timeout, max_attempts, backoff_base, backoff_max, retention, listen`},
 		{"bad duration", "relay:\n  lease: long\n", `2: relay.lease: "long" is not a positive duration: use a Go duration such as 500ms, 30s or 5m`},
@@ -257,6 +265,10 @@ func TestConfigKeysMatchFlags(t *testing.T) {
 	relay, _, err := root.Find([]string{"relay"})
 	require.NoError(t, err)
 	for _, k := range fileKeys {
+		if k.flag == "database-urls" {
+			// database.urls is --database-url given several times.
+			k.flag = "database-url"
+		}
 		f := relay.Flags().Lookup(k.flag)
 		if f == nil {
 			f = root.PersistentFlags().Lookup(k.flag)

@@ -27,6 +27,9 @@ var errNoDatabase = &usageError{err: errors.New("no database: pass --database-ur
 // databaseURL returns --database-url, else $OUTBOX_DATABASE_URL, else the
 // --config file's database.url; with none of them it is a usage error.
 func (a *app) databaseURL() (string, error) {
+	if len(a.databaseURLFlags) > 1 {
+		return "", usagef("--database-url is given %d times: only outbox relay with --tenant-schemas or --tenant-query serves several databases; give one", len(a.databaseURLFlags))
+	}
 	u := a.databaseURLFlag
 	if u == "" {
 		u = os.Getenv(EnvDatabaseURL)

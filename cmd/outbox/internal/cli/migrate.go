@@ -17,6 +17,7 @@ func (a *app) migrateCommand() *cobra.Command {
 	var (
 		printSQL  bool
 		partition string
+		tenants   tenantFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -58,8 +59,29 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 				}
 				return nil
 			}
+			if tenants.on() && printSQL {
+				return usagef("--print writes one script for --schema; leave out --tenant-schemas and --tenant-query")
+			}
 			if a.pgbouncer {
 				return usagef("invalid %s: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer", a.globalName("pgbouncer"))
+			}
+			if tenants.on() {
+				return a.migrateTenants(cmd.Context(), &tenants, func(db outbox.Database, schema string) ([]string, int, error) {
+					c := cfg
+					c.Schema = schema
+					res, err := outboxmigrate.Migrate(cmd.Context(), db, c)
+					if err != nil {
+						if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "outboxmigrate: ") {
+							err = inner
+						}
+						return nil, 0, err
+					}
+					var applied []string
+					for _, m := range res.Applied {
+						applied = append(applied, fmt.Sprintf("%03d_%s", m.Version, m.Name))
+					}
+					return applied, res.Version, nil
+				})
 			}
 			db, closer, kind, err := a.openDatabase(cmd.Context())
 			if err != nil {
@@ -106,6 +128,7 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 	f := cmd.Flags()
 	f.BoolVar(&printSQL, "print", false, "print the migrations as SQL instead of applying them (needs no database)")
 	f.StringVar(&partition, "partition-archive", "", "partition outbox_events_archive by processed_at: daily or weekly (PostgreSQL only)")
+	tenants.addFlags(f, "migrate every schema")
 	return cmd
 }
 

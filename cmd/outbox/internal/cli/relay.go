@@ -50,6 +50,7 @@ type relayFlags struct {
 	fileRules  []route.Rule // routing.rules of the config file, unless --route-rule is given
 	so         sinkOptions
 	obs        observability
+	tenants    tenantFlags
 }
 
 func (a *app) relayCommand() *cobra.Command {
@@ -136,6 +137,8 @@ outbox-relay:<relay-id>.`,
 	f.DurationVar(&rf.cfg.ProbeIntervalMax, "probe-interval-max", outbox.ProbeIntervalMaxDefault, "longest wait between probes of an unreachable sink (the wait doubles after each failed probe)")
 	f.DurationVar(&rf.cfg.SummaryInterval, "summary-interval", outbox.SummaryIntervalDefault, "how often to log an INFO summary of published, retried and dead-lettered events; 0 for none")
 	f.DurationVar(&rf.cfg.HeartbeatInterval, "heartbeat-interval", outbox.HeartbeatIntervalDefault, "how often to renew the relay's row in outbox_relays, which lists running relays in stats and on the dashboard (stale after three missed); 0 for none")
+	rf.tenants.addFlags(f, "serve every tenant schema")
+	f.DurationVar(&rf.tenants.refresh, "tenant-refresh", outbox.TenantRefreshDefault, "with --tenant-schemas or --tenant-query, how often to discover tenants again: a new tenant is served, a removed one stopped, within it")
 	rf.obs.addFlags(f)
 	return cmd
 }
@@ -211,8 +214,17 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err != nil {
 		return err
 	}
-	db, rawDB, err := a.parseDatabase()
-	if err != nil {
+	var (
+		db    *dburl.Config
+		rawDB string
+		multi []tenantDatabase // several databases, with a tenant flag
+	)
+	if urls := a.tenantDatabaseURLs(&rf.tenants); len(urls) > 1 {
+		if multi, err = a.tenantDatabases(urls, m); err != nil {
+			return err
+		}
+		db = &dburl.Config{Kind: dburl.KindPostgres}
+	} else if db, rawDB, err = a.parseDatabase(); err != nil {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
@@ -244,6 +256,18 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return m.relayConfigError(err)
 	}
 	rf.obs.target = sinkTracingTarget(rf.sinkURL, router)
+	if rf.tenants.on() {
+		if err := a.checkTenantFlags(m, &rf.tenants, db.Kind); err != nil {
+			return err
+		}
+		if rf.obs.metricsAddr != "" || rf.obs.otel || rf.obs.alertWebhook != "" {
+			return usagef("--metrics-addr, --otel and --alert-webhook are not available with %s yet: run the tenant relay without them", rf.tenants.flag(m))
+		}
+		if multi == nil {
+			multi = []tenantDatabase{{pc: pc}}
+		}
+		return a.runTenants(cmd.Context(), multi, cfg, desc, &rf.tenants)
+	}
 	return a.runRelay(cmd.Context(), rawDB, pc, cfg, desc, &rf.obs)
 }
 
@@ -429,6 +453,18 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		if v, ok := m.fromFile(flag); ok {
 			*dst = v.flag
 		}
+	}
+	if v, ok := m.fromFile("tenant-schemas"); ok {
+		rf.tenants.schemas = v.str
+	}
+	if v, ok := m.fromFile("tenant-query"); ok {
+		rf.tenants.query = v.str
+	}
+	if v, ok := m.fromFile("database-urls"); ok {
+		rf.tenants.fileURLs = v.list
+	}
+	if v, ok := m.fromFile("tenant-refresh"); ok {
+		rf.tenants.refresh = v.dur
 	}
 	if v, ok := m.fromFile("event-types"); ok {
 		rf.eventTypes = v.list

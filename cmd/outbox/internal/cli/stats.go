@@ -41,6 +41,7 @@ func (a *app) statsCommand() *cobra.Command {
 		asJSON   bool
 		watch    bool
 		interval time.Duration
+		tenants  tenantFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -81,6 +82,12 @@ longer --interval.`,
 			if interval < 100*time.Millisecond {
 				return usagef("invalid --interval %s: use at least 100ms, such as 2s", interval)
 			}
+			if tenants.on() {
+				if watch {
+					return usagef("--watch is not available with --tenant-schemas or --tenant-query yet: leave one out")
+				}
+				return a.tenantStats(cmd.Context(), &tenants, asJSON)
+			}
 			m, closePool, err := a.manager(cmd.Context())
 			if err != nil {
 				return err
@@ -120,6 +127,7 @@ longer --interval.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh until interrupted, with written and published rates")
 	cmd.Flags().DurationVar(&interval, "interval", statsIntervalDefault, "how often --watch refreshes")
+	tenants.addFlags(cmd.Flags(), "count, per tenant and in total, every schema")
 	return cmd
 }
 

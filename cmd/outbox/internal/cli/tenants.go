@@ -1,0 +1,379 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/pflag"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/outboxadmin"
+)
+
+// tenantFlags are --tenant-schemas, --tenant-query and --tenant-refresh:
+// schema-per-tenant outboxes (docs/tenants.md).
+type tenantFlags struct {
+	schemas  string
+	query    string
+	refresh  time.Duration
+	fileURLs []string // the config file's database.urls
+}
+
+func (t *tenantFlags) addFlags(f *pflag.FlagSet, what string) {
+	f.StringVar(&t.schemas, "tenant-schemas", "", what+" whose name matches this glob (* any run of characters, ? one), such as 's_*', instead of --schema")
+	f.StringVar(&t.query, "tenant-query", "", what+" named by the first column of this SELECT, such as \"SELECT schema_name FROM public.tenants WHERE status = 'ACTIVE'\", instead of --schema")
+}
+
+func (t *tenantFlags) on() bool { return t.schemas != "" || t.query != "" }
+
+// flag names the tenant flag in use, as the operator set it.
+func (t *tenantFlags) flag(m *merger) string {
+	if t.query != "" {
+		return m.name("tenant-query")
+	}
+	return m.name("tenant-schemas")
+}
+
+// checkTenantFlags refuses what tenant discovery cannot do.
+func (a *app) checkTenantFlags(m *merger, t *tenantFlags, kind dburl.Kind) error {
+	name := t.flag(m)
+	switch {
+	case t.schemas != "" && t.query != "":
+		return usagef("%s and %s are both set: discover tenants one way", m.name("tenant-schemas"), m.name("tenant-query"))
+	case kind != dburl.KindPostgres:
+		return usagef("%s needs PostgreSQL, whose schemas hold one outbox per tenant; on %s run one relay per %s", name, kind, map[bool]string{true: "database file", false: "database"}[kind == dburl.KindSQLite])
+	case a.schema != outbox.SchemaDefault:
+		return usagef("%s is set with %s: each tenant's schema is its own; leave %s out", name, a.globalName("schema"), a.globalName("schema"))
+	case t.refresh <= 0:
+		return usagef("invalid %s %v: use a positive duration", m.name("tenant-refresh"), t.refresh)
+	}
+	if strings.ContainsRune(t.schemas+t.query, 0) {
+		return usagef("invalid %s: holds a NUL byte", name)
+	}
+	return nil
+}
+
+// tenantDatabase is one database the tenant relay serves: its pool's
+// configuration and, with several, its label (host:port/name).
+type tenantDatabase struct {
+	pc    *pgxpool.Config
+	label string
+}
+
+// tenantDatabaseURLs returns the databases a tenant relay serves when
+// there are several: every --database-url, else the config file's
+// database.urls; nil for one database.
+func (a *app) tenantDatabaseURLs(t *tenantFlags) []string {
+	if !t.on() {
+		return nil
+	}
+	if len(a.databaseURLFlags) > 0 {
+		return a.databaseURLFlags
+	}
+	// The environment's one URL wins over the file, as it does over
+	// database.url.
+	if len(t.fileURLs) > 0 && os.Getenv(EnvDatabaseURL) == "" {
+		return t.fileURLs
+	}
+	return nil
+}
+
+// tenantDatabases parses the URLs of several databases: PostgreSQL only,
+// each named once.
+func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error) {
+	name := "--database-url"
+	if len(a.databaseURLFlags) == 0 {
+		name = m.name("database-urls")
+	}
+	var out []tenantDatabase
+	seen := map[string]bool{}
+	for _, raw := range urls {
+		a.redact.addDatabaseURL(raw)
+		if raw == "" || isSQLURL(raw) {
+			return nil, usagef("invalid %s `%s`: several databases are served with tenant discovery, which needs PostgreSQL URLs", name, redactDatabaseURL(raw))
+		}
+		pc, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return nil, usagef("invalid %s: %s", name, parseErrorMessage(raw, err))
+		}
+		a.redact.add(pc.ConnConfig.Password)
+		if a.pgbouncer {
+			outbox.ConfigurePgBouncer(pc)
+		}
+		label := describeDatabase(pc)
+		if seen[label] {
+			return nil, usagef("invalid %s: %s is named twice: give each database once", name, label)
+		}
+		seen[label] = true
+		out = append(out, tenantDatabase{pc: pc, label: label})
+	}
+	return out, nil
+}
+
+// runTenants serves every tenant schema of each database on a pool of its
+// own until ctx ends. With several databases each runs apart: one that is
+// down, slow or unreachable holds up only its own tenants, and is retried
+// until it answers.
+func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags) error {
+	a.logger.Info("relay publishing tenants to sink", "sink", sinkName, "relay_id", cfg.RelayID,
+		"tenant_schemas", t.schemas, "tenant_query", t.query, "databases", len(dbs), "retention", string(cfg.Retention), "listen", cfg.Listen)
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	stopNote := context.AfterFunc(ctx, func() {
+		a.logger.Info("shutdown signal received; finishing in-flight batches, up to --shutdown-timeout",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+		stopRun()
+	})
+	defer stopNote()
+	if len(dbs) == 1 {
+		ts, closePool, err := a.newTenants(ctx, dbs[0], cfg, t)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		return ts.Run(runCtx)
+	}
+	errs := make(chan error, len(dbs))
+	for _, d := range dbs {
+		go func() { errs <- a.serveTenantDatabase(runCtx, d, cfg, t) }()
+	}
+	var first error
+	for range dbs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			stopRun()
+		}
+	}
+	return first
+}
+
+// newTenants makes the pool and the tenant supervisor of one database.
+// With one database the pool is connected at once, so a wrong URL fails
+// the command.
+func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) (*outbox.Tenants, func(), error) {
+	pc := d.pc
+	outbox.ConfigureRelayPool(pc, cfg.RelayID)
+	if cfg.PgBouncer {
+		outbox.ConfigurePgBouncer(pc)
+	}
+	// The tenants' loops share the pool: a few connections per worker,
+	// the discovery and the scan, and one held in LISTEN. pgxpool hands
+	// connections out first come, first served, which keeps the tenants
+	// fair; raise pool_max_conns in the URL for many busy tenants.
+	pc.MaxConns = max(pc.MaxConns, int32(min(2*cfg.Workers+4, 1<<20)))
+	var (
+		pool *pgxpool.Pool
+		err  error
+	)
+	if d.label == "" {
+		pool, err = a.open(ctx, pc)
+	} else {
+		// Lazy: a database that is down must not keep the others from
+		// starting.
+		pool, err = pgxpool.NewWithConfig(ctx, pc)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Database: d.label, Logger: a.logger,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, relayConfigError(err)
+	}
+	return ts, pool.Close, nil
+}
+
+// serveTenantDatabase runs one database's tenants until ctx ends,
+// starting them again (with backoff) while the database does not answer.
+func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) error {
+	ts, closePool, err := a.newTenants(ctx, d, cfg, t)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+	log := a.logger.With("database", d.label)
+	for attempt := 0; ; attempt++ {
+		err := ts.Start(ctx)
+		if err == nil {
+			if attempt > 0 {
+				log.Info("database answers; serving its tenants")
+			}
+			break
+		}
+		wait := min(time.Duration(1<<min(attempt, 5))*time.Second, 30*time.Second)
+		if attempt == 0 || attempt%10 == 0 {
+			log.Warn("database unavailable; its tenants wait, the other databases' are served; retrying", "error", a.redact.String(err.Error()), "retry_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	_ = ts.Stop(stopCtx)
+	return nil
+}
+
+// migrateTenants migrates every tenant schema, each under its own lock,
+// and reports per schema. It goes on after a schema fails and returns an
+// error naming how many failed.
+func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(db outbox.Database, schema string) (applied []string, version int, err error)) error {
+	if t.schemas != "" && t.query != "" {
+		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	if kind != dburl.KindPostgres {
+		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant; on %s migrate each database with --schema", kind)
+	}
+	schemas, err := outbox.ListTenants(ctx, db, t.schemas, t.query)
+	if err != nil {
+		return err
+	}
+	if len(schemas) == 0 {
+		return errors.New("no schema matches: create the tenant schemas first, or check the glob or query")
+	}
+	failed := 0
+	for _, s := range schemas {
+		if strings.HasPrefix(strings.ToLower(s), "pg_") || s == "information_schema" {
+			a.stdout.printf("%s: skipped: PostgreSQL keeps that name for its own catalogs\n", quoteSchema(s))
+			failed++
+			continue
+		}
+		applied, version, err := migrate(db, s)
+		switch {
+		case err != nil:
+			a.stdout.printf("%s: failed: %v\n", quoteSchema(s), err)
+			failed++
+		case len(applied) == 0:
+			a.stdout.printf("%s: up to date at version %d\n", quoteSchema(s), version)
+		default:
+			a.stdout.printf("%s: applied %s; now at version %d\n", quoteSchema(s), strings.Join(applied, ", "), version)
+		}
+	}
+	a.stdout.printf("%d tenant schemas, %d failed\n", len(schemas), failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d tenant schemas were not migrated (see above); run the command again once fixed, it is idempotent", failed, len(schemas))
+	}
+	return nil
+}
+
+// quoteSchema shows a schema name safely on a terminal: quoted, with
+// control characters escaped.
+func quoteSchema(s string) string { return fmt.Sprintf("%q", s) }
+
+// urlsFlag is --database-url: repeatable, the last one is the database of
+// the commands that take one.
+type urlsFlag struct {
+	last *string
+	all  *[]string
+}
+
+func (u *urlsFlag) String() string {
+	if u.last == nil {
+		return ""
+	}
+	return *u.last
+}
+
+func (u *urlsFlag) Set(s string) error {
+	*u.last = s
+	*u.all = append(*u.all, s)
+	return nil
+}
+
+// Type is "string", as for any one-valued flag, in the help.
+func (u *urlsFlag) Type() string { return "string" }
+
+// tenantStatsJSON is one tenant's counts in stats --tenant-schemas --json.
+type tenantStatsJSON struct {
+	Schema                  string  `json:"schema"`
+	Pending                 int64   `json:"pending"`
+	Processing              int64   `json:"processing"`
+	Processed               int64   `json:"processed"`
+	Failed                  int64   `json:"failed"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+}
+
+// tenantsStatsJSON is the stats --tenant-schemas --json document: every
+// tenant, sorted by lag (the oldest pending event first), and the totals
+// (the oldest pending age is the largest).
+type tenantsStatsJSON struct {
+	Tenants                 []tenantStatsJSON `json:"tenants"`
+	Pending                 int64             `json:"pending"`
+	Processing              int64             `json:"processing"`
+	Processed               int64             `json:"processed"`
+	Failed                  int64             `json:"failed"`
+	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
+}
+
+// tenantStats counts every tenant's events, one tenant at a time (the
+// counts of one schema are what Manager.Stats reads), and writes them.
+func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) error {
+	if t.schemas != "" && t.query != "" {
+		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	if kind != dburl.KindPostgres {
+		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
+	}
+	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
+	if err != nil {
+		return err
+	}
+	doc := tenantsStatsJSON{Tenants: make([]tenantStatsJSON, 0, len(schemas))}
+	for _, s := range schemas {
+		st, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: s}).Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
+		}
+		c := outboxadmin.NewCountsJSON(st)
+		doc.Tenants = append(doc.Tenants, tenantStatsJSON{Schema: s, Pending: c.Pending, Processing: c.Processing,
+			Processed: c.Processed, Failed: c.Failed, OldestPendingAgeSeconds: c.OldestPendingAgeSeconds})
+		doc.Pending += c.Pending
+		doc.Processing += c.Processing
+		doc.Processed += c.Processed
+		doc.Failed += c.Failed
+		doc.OldestPendingAgeSeconds = max(doc.OldestPendingAgeSeconds, c.OldestPendingAgeSeconds)
+	}
+	sort.SliceStable(doc.Tenants, func(i, j int) bool {
+		return doc.Tenants[i].OldestPendingAgeSeconds > doc.Tenants[j].OldestPendingAgeSeconds
+	})
+	if asJSON {
+		return writeJSON(a.stdout, doc)
+	}
+	tw := newTable(a.stdout, 2)
+	tw.row("tenant\tpending\tprocessing\tprocessed\tfailed\toldest pending age\n")
+	for _, r := range doc.Tenants {
+		tw.row("%s\t%d\t%d\t%d\t%d\t%s\n", safeText(r.Schema), r.Pending, r.Processing, r.Processed, r.Failed,
+			time.Duration(r.OldestPendingAgeSeconds*float64(time.Second)).Round(time.Millisecond))
+	}
+	tw.row("total (%d tenants)\t%d\t%d\t%d\t%d\t%s\n", len(doc.Tenants), doc.Pending, doc.Processing, doc.Processed, doc.Failed,
+		time.Duration(doc.OldestPendingAgeSeconds*float64(time.Second)).Round(time.Millisecond))
+	return tw.flush()
+}
