@@ -58,6 +58,9 @@ type Relay struct {
 
 	// book tracks the leased batches, for Stop to report what it left.
 	book leaseBook
+	// pipe bounds the batches in flight and their bytes
+	// (relay_pipeline.go).
+	pipe *pipeline
 	// heartbeat is the relay's row in outbox_relays (relay_heartbeat.go).
 	heartbeat heartbeat
 
@@ -101,6 +104,7 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		turn: make(chan struct{}, 1),
 
 		circuit: circuit.New(cfg.ProbeInterval, cfg.ProbeIntervalMax),
+		pipe:    newPipeline(cfg.MaxInFlight, cfg.MaxInFlightBytes),
 	}
 	r.health, _ = cfg.Sink.(HealthChecker)
 	r.heartbeat.proc = cfg.relayProcess()
@@ -371,13 +375,27 @@ func (r *Relay) sleep(d time.Duration, wakeable bool) bool {
 // publishes. Light traffic then costs one claim per trailingClaimDelay for
 // the whole relay, not one per loop, with batches as big as the traffic
 // makes them, while publishing still runs in every loop at once.
+//
+// A loop does not wait for its batch: it takes a slot of the pipeline
+// before each claim, publishes and settles the batch on a goroutine of its
+// own and claims the next at once (relay_pipeline.go). It returns only
+// once every batch it claimed is settled. A probe's batch is handled in the
+// loop itself: it decides the circuit before anything more is claimed.
 func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
+	// The batches this loop handed on (relay_pipeline.go): the loop
+	// returns only once they are settled, so Stop waits for them.
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
 	failures := 0
 	full := false // the last claim filled a batch: claim without the turn
 	for !r.isStopping() {
+		if !r.pipe.acquire(r.stopping) {
+			return
+		}
 		probe, ok := r.awaitCircuit(ctx)
 		if !ok {
+			r.pipe.done(0)
 			return
 		}
 		holding := false
@@ -386,10 +404,12 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			case <-r.turn:
 				holding = true
 			case <-r.stopping:
+				r.pipe.done(0)
 				return
 			}
 			if wait := time.Until(r.next); wait > 0 && !r.sleep(wait, r.nextWakeable) {
 				r.turn <- struct{}{}
+				r.pipe.done(0)
 				return
 			}
 		}
@@ -418,6 +438,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			r.probeFailed(ctx, err)
 		}
 		if err != nil {
+			r.pipe.done(0)
 			if r.isStopping() || ctx.Err() != nil {
 				return
 			}
@@ -433,11 +454,25 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			log.Info("claims resumed", slog.Int("failed_claims", failures))
 			failures = 0
 		}
-		if n > 0 {
-			r.noteClaim(claim)
-			log.Debug("claimed", slog.Int("batch_size", n))
-			r.handle(ctx, claim, time.Since(start), probe)
+		if n == 0 {
+			r.pipe.done(0)
+			continue
 		}
+		r.noteClaim(claim)
+		log.Debug("claimed", slog.Int("batch_size", n))
+		size := claimBytes(claim)
+		r.pipe.hold(size)
+		claimDur := time.Since(start)
+		if probe {
+			// A probe decides the circuit before anything else is claimed.
+			r.handle(ctx, claim, claimDur, probe)
+			r.pipe.done(size)
+			continue
+		}
+		inFlight.Go(func() {
+			defer r.pipe.done(size)
+			r.handle(ctx, claim, claimDur, false)
+		})
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 
 // benchFlagNames maps bench.Config fields to the flags that set them.
 var benchFlagNames = map[string]string{
-	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "Writers": "--writers",
+	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "MaxInFlight": "--max-in-flight", "Writers": "--writers",
 	"PayloadSize": "--payload-size", "Duration": "--duration", "Rate": "--rate", "PollInterval": "--poll-interval",
 	"Retentions": "--retention", "Wakes": "--wake", "SchemaPrefix": "--schema-prefix", "OrderedKeys": "--ordered-keys",
 }
@@ -106,7 +106,7 @@ scenarios that finished and exits 130.`,
 				return &usageError{err: err}
 			}
 			if err := checkPositive(cmd, map[string]bool{
-				"events": cfg.Events > 0, "batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0,
+				"events": cfg.Events > 0, "batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0, "max-in-flight": cfg.MaxInFlight > 0,
 				"writers": cfg.Writers > 0, "payload-size": cfg.PayloadSize > 0, "duration": cfg.Duration > 0,
 				"rate": cfg.Rate > 0, "poll-interval": cfg.PollInterval > 0,
 			}); err != nil {
@@ -188,7 +188,8 @@ scenarios that finished and exits 130.`,
 	f := cmd.Flags()
 	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain, reference and reference-minimal, and published by sink")
 	f.IntVar(&cfg.BatchSize, "batch-size", bench.BatchSizeDefault, "most events claimed and published at once")
-	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loops, publishing loops of sink")
+	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loops")
+	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, fmt.Sprintf("batches the relay holds in flight (relay --max-in-flight), and publishes at once in sink (default %d, or --workers when larger)", outbox.MaxInFlightDefault))
 	f.IntVar(&cfg.Writers, "writers", bench.WritersDefault, "writer goroutines in steady and latency")
 	f.IntVar(&cfg.PayloadSize, "payload-size", bench.PayloadSizeDefault, "bytes of JSON payload per event")
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long latency writes, and steady with the relay (steady also writes without it, half as long before and half after)")
@@ -270,8 +271,8 @@ func benchConfigError(err error) error {
 // writeBenchText writes res as a table per scenario.
 func writeBenchText(w io.Writer, res bench.Result) error {
 	s := res.Settings
-	_, _ = fmt.Fprintf(w, "outbox bench on %s %s, %d CPUs: batch %d, %d relay loops, %d writers, payload %d B, poll %gms, sink %s\n",
-		res.DatabaseName(), res.Server, res.CPUs, s.BatchSize, s.Workers, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
+	_, _ = fmt.Fprintf(w, "outbox bench on %s %s, %d CPUs: batch %d, %d relay loops, %d batches in flight, %d writers, payload %d B, poll %gms, sink %s\n",
+		res.DatabaseName(), res.Server, res.CPUs, s.BatchSize, s.Workers, s.MaxInFlight, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
 	t := newTable(w, 2)
 	for _, r := range res.Scenarios {
 		title := string(r.Scenario)

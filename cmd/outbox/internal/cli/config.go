@@ -92,6 +92,8 @@ var fileKeys = []fileKey{
 	{"relay", "retention", "retention", kindRetention},
 	{"relay", "listen", "listen", kindBool},
 	{"relay", "max_batch_bytes", "max-batch-bytes", kindPositive},
+	{"relay", "max_in_flight", "max-in-flight", kindPositive},
+	{"relay", "max_in_flight_bytes", "max-in-flight-bytes", kindPositive},
 	{"relay", "purge_after", "purge-after", kindDuration},
 	{"relay", "purge_failed_after", "purge-failed-after", kindDuration},
 	{"relay", "purge_interval", "purge-interval", kindDuration},

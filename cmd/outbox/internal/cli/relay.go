@@ -31,7 +31,8 @@ var relayFlagNames = map[string]string{
 	"Lease": "lease", "SinkTimeout": "sink-timeout", "MaxAttempts": "max-attempts",
 	"BackoffBase": "backoff-base", "BackoffMax": "backoff-max", "RelayID": "relay-id",
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
-	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
+	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes",
+	"MaxInFlight": "max-in-flight", "MaxInFlightBytes": "max-in-flight-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
 	"ProbeInterval": "probe-interval", "ProbeIntervalMax": "probe-interval-max", "SummaryInterval": "summary-interval",
 	"HeartbeatInterval": "heartbeat-interval", "Ordering": "ordering", "OrderedFailure": "ordered-failure",
 }
@@ -107,6 +108,8 @@ outbox-relay:<relay-id>.`,
 	f.IntVar(&rf.cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
 	f.IntVar(&rf.cfg.MaxBatchBytes, "max-batch-bytes", 0, "most payload and header bytes (as stored) claimed at once, so a batch of large payloads cannot exhaust memory; a claim always takes its first event; 0 for no bound")
 	f.IntVar(&rf.cfg.Workers, "workers", outbox.WorkersDefault, "claim-publish-mark loops running at once")
+	f.IntVar(&rf.cfg.MaxInFlight, "max-in-flight", 0, fmt.Sprintf("most batches held at once, claimed and not yet marked: a loop claims its next batch while the sink publishes the last one; at least --workers, 1 with one worker for a strict claim-publish-mark loop (default %d, or --workers when larger)", outbox.MaxInFlightDefault))
+	f.IntVar(&rf.cfg.MaxInFlightBytes, "max-in-flight-bytes", outbox.MaxInFlightBytesDefault, "most payload and header bytes (as stored) of the batches in flight: a loop claims only while they hold less")
 	f.DurationVar(&rf.cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after an empty claim")
 	f.DurationVar(&rf.cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
 	f.DurationVar(&rf.cfg.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "bound on one publish, shorter than --lease; unset, half the lease when that is shorter")
@@ -144,7 +147,8 @@ outbox-relay:<relay-id>.`,
 // opens the sink and runs the relay.
 func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err := checkPositive(cmd, map[string]bool{
-		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "poll-interval": rf.cfg.PollInterval > 0,
+		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "max-in-flight": rf.cfg.MaxInFlight > 0,
+		"max-in-flight-bytes": rf.cfg.MaxInFlightBytes > 0, "poll-interval": rf.cfg.PollInterval > 0,
 		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
 		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
@@ -250,9 +254,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 // runRelay connects a pool of the relay's own and runs the relay until ctx
 // ends, then stops it gracefully.
 func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, obs *observability) error {
-	// One connection per worker, one for the lease rescue, one spare, and
-	// one held in LISTEN.
-	conns := cfg.Workers + 2
+	// One connection per batch in flight (a claim loop claims, and each
+	// batch marks, on one), one for the lease rescue, one spare, and one
+	// held in LISTEN.
+	conns := cfg.WithDefaults().MaxInFlight + 2
 	if cfg.Listen {
 		conns++
 	}
@@ -398,7 +403,8 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
-		"max-batch-bytes":  &rf.cfg.MaxBatchBytes,
+		"max-batch-bytes":  &rf.cfg.MaxBatchBytes, "max-in-flight": &rf.cfg.MaxInFlight,
+		"max-in-flight-bytes": &rf.cfg.MaxInFlightBytes,
 		"sink-concurrency": &rf.so.Concurrency, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
 	}
 	durs := map[string]*time.Duration{

@@ -1,0 +1,138 @@
+package outbox_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil"
+)
+
+// gateSink holds every publish until its gate opens (or its context ends)
+// and records how many publishes ran at once.
+type gateSink struct {
+	gate chan struct{}
+	once sync.Once
+
+	mu      sync.Mutex
+	cur     int
+	most    int
+	batches int
+}
+
+func newGateSink() *gateSink { return &gateSink{gate: make(chan struct{})} }
+
+func (s *gateSink) Publish(ctx context.Context, events []outbox.Event) []error {
+	s.mu.Lock()
+	s.cur++
+	s.batches++
+	s.most = max(s.most, s.cur)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.cur--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.gate:
+		return nil
+	case <-ctx.Done():
+		return outbox.BatchError(len(events), ctx.Err())
+	}
+}
+
+func (s *gateSink) open() { s.once.Do(func() { close(s.gate) }) }
+
+// held reports the publishes running now and the most that ever ran at once.
+func (s *gateSink) held() (now, most int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur, s.most
+}
+
+func (s *gateSink) waitHeld(t *testing.T, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, "publishes in flight", func() bool {
+		now, _ := s.held()
+		return now >= n
+	})
+}
+
+func TestRelayPipelineHoldsMaxInFlightBatches(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.write(t, 60, nil)
+	sink := newGateSink()
+	b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 10, Workers: 1, MaxInFlight: 3})
+
+	// One claim loop holds three batches: it claimed the second and third
+	// while the first was still publishing.
+	sink.waitHeld(t, 3)
+	require.EqualValues(t, 30, b.stats(t).Processing, "a loop claims only with a free slot")
+	sink.open()
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 60 })
+	_, most := sink.held()
+	require.Equal(t, 3, most, "never more than MaxInFlight batches at once")
+}
+
+func TestRelayPipelineKeepsToTheByteBudget(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	big := strings.Repeat("x", 1000)
+	b.write(t, 10, func(_ int, m *outbox.Message) { m.Payload = map[string]string{"s": big} })
+	sink := newGateSink()
+	// Each batch holds one ~1 kB event: a loop claims while the batches in
+	// flight hold less than 2,500 bytes, so it stops at three.
+	b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 1, MaxInFlight: 8, MaxInFlightBytes: 2500})
+	sink.waitHeld(t, 3)
+	require.EqualValues(t, 3, b.stats(t).Processing, "claimed past the byte budget")
+	sink.open()
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 10 })
+	_, most := sink.held()
+	require.Equal(t, 3, most, "the budget bounds the batches in flight")
+}
+
+func TestRelayStopSettlesEveryBatchInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.write(t, 40, nil)
+	sink := newGateSink()
+	r := b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 10, MaxInFlight: 3})
+	sink.waitHeld(t, 3)
+
+	stopped := make(chan error)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	testutil.WaitFor(t, 10*time.Second, "stop began", func() bool { return !r.Running() })
+	sink.open() // the three publishes complete during the stop
+	require.NoError(t, <-stopped)
+	s := b.stats(t)
+	require.EqualValues(t, 30, s.Processed, "every batch in flight was marked")
+	require.EqualValues(t, 10, s.Pending, "nothing claimed after Stop")
+	require.Zero(t, s.Processing)
+}
+
+func TestRelayHardStopReleasesEveryBatchInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := b.write(t, 30, nil)
+	sink := newGateSink()
+	r := b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 10, MaxInFlight: 3})
+	sink.waitHeld(t, 3)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, r.Stop(ctx), context.DeadlineExceeded)
+	s := b.stats(t)
+	require.EqualValues(t, 30, s.Pending, "every batch in flight was released")
+	require.Zero(t, s.Processing)
+	for _, id := range ids {
+		e, err := b.mgr.Event(b.ctx, id)
+		require.NoError(t, err)
+		require.Zero(t, e.Attempts, "event %d: a hard stop spends no attempt", id)
+	}
+}
