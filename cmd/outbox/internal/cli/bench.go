@@ -37,6 +37,7 @@ func (a *app) benchCommand() *cobra.Command {
 		retention string
 		wake      string
 		sinkURL   string
+		so        benchSinkOptions
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
@@ -108,7 +109,7 @@ scenarios that finished and exits 130.`,
 			if err := checkPositive(cmd, map[string]bool{
 				"events": cfg.Events > 0, "batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0, "max-in-flight": cfg.MaxInFlight > 0,
 				"writers": cfg.Writers > 0, "payload-size": cfg.PayloadSize > 0, "duration": cfg.Duration > 0,
-				"rate": cfg.Rate > 0, "poll-interval": cfg.PollInterval > 0,
+				"rate": cfg.Rate > 0, "poll-interval": cfg.PollInterval > 0, "sink-concurrency": so.concurrency > 0, "webhook-batch": so.webhookBatch > 0,
 			}); err != nil {
 				return err
 			}
@@ -137,7 +138,7 @@ scenarios that finished and exits 130.`,
 				// All the modes this database has: LISTEN is PostgreSQL's.
 				cfg.Wakes = slices.DeleteFunc(cfg.Wakes, func(w bench.Wake) bool { return w == bench.WakeListen })
 			}
-			sink, err := a.benchSink(cmd.Context(), sinkURL)
+			sink, err := a.benchSink(cmd.Context(), sinkURL, so)
 			if err != nil {
 				return err
 			}
@@ -199,6 +200,8 @@ scenarios that finished and exits 130.`,
 	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
+	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")
+	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
@@ -214,9 +217,15 @@ func (a *app) writeBenchResult(res bench.Result, asJSON bool) error {
 	return writeBenchText(a.stdout, res)
 }
 
+// benchSinkOptions are the bench's flags for a webhook --sink.
+type benchSinkOptions struct {
+	concurrency  int
+	webhookBatch int
+}
+
 // benchSink opens the --sink for the bench: nil for discard: (the bench's
 // own discarding sink), else the sink the relay command would open.
-func (a *app) benchSink(ctx context.Context, raw string) (outbox.Sink, error) {
+func (a *app) benchSink(ctx context.Context, raw string, so benchSinkOptions) (outbox.Sink, error) {
 	if raw == "discard" || raw == benchDiscardSink {
 		return nil, nil
 	}
@@ -230,7 +239,7 @@ func (a *app) benchSink(ctx context.Context, raw string) (outbox.Sink, error) {
 	secret := os.Getenv(EnvWebhookSecret)
 	a.redact.add(secret)
 	return openSink(ctx, raw, sinkOptions{
-		Timeout: outbox.SinkTimeoutDefault, WebhookSecret: secret, Concurrency: webhooksink.ConcurrencyDefault,
+		Timeout: outbox.SinkTimeoutDefault, WebhookSecret: secret, Concurrency: so.concurrency, WebhookBatch: so.webhookBatch,
 		Stdout: a.stdout, Logger: a.logger,
 	}, a.redact)
 }

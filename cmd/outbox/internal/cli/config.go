@@ -71,6 +71,7 @@ var fileKeys = []fileKey{
 	{"sink", "webhook_cert", "webhook-cert", kindString},
 	{"sink", "webhook_key", "webhook-key", kindString},
 	{"sink", "concurrency", "sink-concurrency", kindPositive},
+	{"sink", "webhook_batch", "webhook-batch", kindPositive},
 	{"sink", "webhook_deny_private", "webhook-deny-private", kindBool},
 	{"sink", "webhook_allow_networks", "webhook-allow-network", kindList},
 

@@ -131,6 +131,7 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.so.WebhookCert, "webhook-cert", "", "https webhook: PEM client certificate to present, for endpoints that require one (with --webhook-key)")
 	f.StringVar(&rf.so.WebhookKey, "webhook-key", "", "https webhook: PEM private key of --webhook-cert")
 	f.IntVar(&rf.so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
+	f.IntVar(&rf.so.WebhookBatch, "webhook-batch", 1, "webhook: events per request; above 1, each request is a CloudEvents JSON batch (application/cloudevents-batch+json), for endpoints that accept it")
 	f.BoolVar(&rf.so.WebhookDenyPrivate, "webhook-deny-private", false, "webhook: refuse to connect to private, loopback, link-local, CGNAT and cloud metadata addresses, checked on each dialed address (for tenant-supplied URLs); such events are dead-lettered")
 	f.StringSliceVar(&rf.so.WebhookAllowNetworks, "webhook-allow-network", nil, "webhook: with --webhook-deny-private, a network (CIDR or address) reached even so, such as 10.1.2.0/24; repeatable")
 	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
@@ -150,7 +151,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "max-in-flight": rf.cfg.MaxInFlight > 0,
 		"max-in-flight-bytes": rf.cfg.MaxInFlightBytes > 0, "poll-interval": rf.cfg.PollInterval > 0,
 		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
-		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
+		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0, "webhook-batch": rf.so.WebhookBatch > 0,
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
 		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0, "schedule-lease": rf.cfg.ScheduleLease > 0,
 		"probe-interval": rf.cfg.ProbeInterval > 0, "probe-interval-max": rf.cfg.ProbeIntervalMax > 0,
@@ -405,7 +406,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
 		"max-batch-bytes":  &rf.cfg.MaxBatchBytes, "max-in-flight": &rf.cfg.MaxInFlight,
 		"max-in-flight-bytes": &rf.cfg.MaxInFlightBytes,
-		"sink-concurrency": &rf.so.Concurrency, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
+		"sink-concurrency": &rf.so.Concurrency, "webhook-batch": &rf.so.WebhookBatch, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
 	}
 	durs := map[string]*time.Duration{
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,
@@ -486,7 +487,7 @@ func (m *merger) sinkOptionsGiven() map[sinkOption]string {
 	for opt, flags := range map[sinkOption][]string{
 		optSource:     {"source"},
 		optRoute:      {"route", "route-rule"},
-		optWebhook:    {"webhook-secret", "sink-concurrency", "webhook-deny-private", "webhook-allow-network"},
+		optWebhook:    {"webhook-secret", "sink-concurrency", "webhook-batch", "webhook-deny-private", "webhook-allow-network"},
 		optWebhookTLS: {"webhook-ca", "webhook-cert", "webhook-key"},
 	} {
 		for _, f := range flags {
