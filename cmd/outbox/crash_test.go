@@ -125,8 +125,10 @@ func testRelaySIGKILLMidBatchLosesNothing(t *testing.T, db []string) {
 	ids := b.writeN(t, n)
 	srv := newGateServer(t)
 	relayArgs := func(id string) []string {
+		// One batch in flight: TestRelaySIGKILLWithBatchesInFlightLosesNothing
+		// kills a relay holding several.
 		return append(db, "--schema", b.schema, "relay",
-			"--sink", srv.URL, "--relay-id", id, "--batch-size", "10", "--poll-interval", "50ms",
+			"--sink", srv.URL, "--relay-id", id, "--batch-size", "10", "--max-in-flight", "1", "--poll-interval", "50ms",
 			"--lease", "3s", "--sink-timeout", "2s", "--log-level", "warn")
 	}
 
