@@ -401,3 +401,7 @@ func DefaultRelayID() string {
 }
 
 var errStopped = errors.New("relay stopped")
+
+// errCircuitOpen is the result of events claimed as the sink's circuit
+// opened: they go back unpublished.
+var errCircuitOpen = errors.New("not sent: the sink is unreachable (circuit open)")

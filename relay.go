@@ -413,6 +413,15 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 				return
 			}
 		}
+		if !probe && r.circuit.State() != circuit.Closed {
+			// A batch in flight found the sink down while this loop
+			// waited for its turn: claim nothing until it answers.
+			if holding {
+				r.turn <- struct{}{}
+			}
+			r.pipe.done(0)
+			continue
+		}
 		// A wake-up that arrived before this claim is answered by it: the
 		// writer committed before waking, so the claim sees the event.
 		r.drainWake()
@@ -508,9 +517,11 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	defer cancel()
 	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
 
-	if r.isStopping() {
-		// Claimed while Stop was being called: hand the events back unpublished.
-		info.Errors = BatchError(len(events), errStopped)
+	if unsent := r.handBack(probe); unsent != nil {
+		// Claimed while Stop was being called, or while a batch in flight
+		// found the sink down: hand the events back unpublished, with no
+		// attempt spent.
+		info.Errors = BatchError(len(events), unsent)
 		r.book.settling(fence)
 		info.Released = r.release(settleCtx, fence, ids(events))
 		r.runBatchHooks(ctx, info)
@@ -564,6 +575,12 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		}
 	}
 
+	if !hardStopped {
+		// Before the events are released: the loops, which claim while
+		// this batch settles, must find the circuit open, not claim the
+		// released events again and publish them to the sink that is down.
+		r.settleCircuit(ctx, probe, down, downErr)
+	}
 	markStart := time.Now()
 	if len(done) > 0 {
 		info.Published, info.Dead = r.markProcessed(settleCtx, fence, done)
@@ -583,10 +600,23 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	}
 	info.MarkDuration = time.Since(markStart)
 	if !hardStopped {
-		r.settleCircuit(ctx, probe, down, downErr)
 		r.noteFailures(len(failures)+len(released), lastErr)
 	}
 	r.runBatchHooks(ctx, info)
+}
+
+// handBack says why a batch just claimed is not to be published: the
+// relay is stopping, or the sink's circuit opened while the claim ran
+// (another batch in flight found the sink down, and its events may be in
+// this claim); nil to publish it. A probe's batch is published.
+func (r *Relay) handBack(probe bool) error {
+	switch {
+	case r.isStopping():
+		return errStopped
+	case !probe && r.circuit.State() != circuit.Closed:
+		return errCircuitOpen
+	}
+	return nil
 }
 
 // publish calls the sink under the sink timeout, with the publish hooks
