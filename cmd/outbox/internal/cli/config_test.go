@@ -35,6 +35,7 @@ sink:
   webhook_cert: /etc/outbox/client.pem
   webhook_key: ${KEY_DIR}/client-key.pem
   concurrency: 4
+  webhook_batch: 10
   webhook_deny_private: true
   webhook_allow_networks: [10.1.0.0/16, 192.168.7.7]
 routing:
@@ -59,6 +60,8 @@ relay:
   retention: archive
   listen: true
   max_batch_bytes: 67108864
+  max_in_flight: 3
+  max_in_flight_bytes: 1048576
   purge_after: 7d
   purge_failed_after: 30d
   purge_interval: 30m
@@ -104,6 +107,9 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, []string{"order.*", "user.created"}, get("event-types").list)
 	require.Equal(t, 50, get("batch-size").num)
 	require.Equal(t, 64<<20, get("max-batch-bytes").num)
+	require.Equal(t, 3, get("max-in-flight").num)
+	require.Equal(t, 1<<20, get("max-in-flight-bytes").num)
+	require.Equal(t, 10, get("webhook-batch").num)
 	require.Equal(t, 250*time.Millisecond, get("poll-interval").dur)
 	require.Equal(t, time.Minute, get("backoff-max").dur)
 	require.Equal(t, 4*time.Second, get("db-timeout").dur)
@@ -113,7 +119,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "aggregate", get("ordering").str)
 	require.Equal(t, "skip", get("ordered-failure").str)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:28)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:29)", get("lease").origin())
 	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")
 	require.Equal(t, 30*24*time.Hour, get("purge-failed-after").dur)
 	require.Equal(t, 30*time.Minute, get("purge-interval").dur)
