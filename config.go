@@ -46,12 +46,6 @@ func ParseRetention(s string) (Retention, error) {
 const (
 	BatchSizeDefault    = 100
 	WorkersDefault      = 1
-	// MaxInFlightDefault is the default of RelayConfig.MaxInFlight (at
-	// least Workers).
-	MaxInFlightDefault = 4
-	// MaxInFlightBytesDefault is the default of
-	// RelayConfig.MaxInFlightBytes: 64 MiB.
-	MaxInFlightBytesDefault = 64 << 20
 	PollIntervalDefault = time.Second
 	LeaseDefault        = 30 * time.Second
 	SinkTimeoutDefault  = 10 * time.Second
@@ -59,6 +53,12 @@ const (
 	MaxAttemptsDefault  = 5
 	BackoffBaseDefault  = time.Second
 	BackoffMaxDefault   = 5 * time.Minute
+	// MaxInFlightDefault is the default of RelayConfig.MaxInFlight (at
+	// least Workers).
+	MaxInFlightDefault = 4
+	// MaxInFlightBytesDefault is the default of
+	// RelayConfig.MaxInFlightBytes: 64 MiB.
+	MaxInFlightBytesDefault = 64 << 20
 	// ProbeIntervalDefault and ProbeIntervalMaxDefault shape the probes of
 	// an unreachable sink.
 	ProbeIntervalDefault    = time.Second

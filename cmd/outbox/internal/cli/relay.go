@@ -404,9 +404,9 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
-		"max-batch-bytes":  &rf.cfg.MaxBatchBytes, "max-in-flight": &rf.cfg.MaxInFlight,
+		"max-batch-bytes": &rf.cfg.MaxBatchBytes, "max-in-flight": &rf.cfg.MaxInFlight,
 		"max-in-flight-bytes": &rf.cfg.MaxInFlightBytes,
-		"sink-concurrency": &rf.so.Concurrency, "webhook-batch": &rf.so.WebhookBatch, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
+		"sink-concurrency":    &rf.so.Concurrency, "webhook-batch": &rf.so.WebhookBatch, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
 	}
 	durs := map[string]*time.Duration{
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,

@@ -44,7 +44,7 @@ type sinkOptions struct {
 	Timeout       time.Duration // the relay's sink timeout: bound on one publish
 	WebhookSecret string
 	Concurrency   int
-	WebhookBatch  int // events per request (webhooksink.Config.Batch); 0 or 1 for one
+	WebhookBatch  int           // events per request (webhooksink.Config.Batch); 0 or 1 for one
 	Source        string        // empty: the URL's source option, else the sink's default
 	Router        *route.Router // nil: the URL's route option, else route.Default
 	Stdout        io.Writer
