@@ -61,6 +61,10 @@ type Relay struct {
 	// pipe bounds the batches in flight and their bytes
 	// (relay_pipeline.go).
 	pipe *pipeline
+	// proven says a batch delivered an event since the relay started or
+	// the sink's circuit last opened; until then batches go one at a time
+	// (relay_pipeline.go).
+	proven atomic.Bool
 	// heartbeat is the relay's row in outbox_relays (relay_heartbeat.go).
 	heartbeat heartbeat
 
@@ -186,6 +190,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.startHeartbeat(ctx)
 	r.resetCircuit(ctx)
+	r.proven.Store(false)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	r.settleBase, r.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	r.started = true
@@ -390,12 +395,12 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	failures := 0
 	full := false // the last claim filled a batch: claim without the turn
 	for !r.isStopping() {
-		if !r.pipe.acquire(r.stopping) {
+		if !r.pipe.acquire(r.stopping, func() bool { return !r.proven.Load() }) {
 			return
 		}
 		probe, ok := r.awaitCircuit(ctx)
 		if !ok {
-			r.pipe.done(0)
+			r.pipe.giveBack()
 			return
 		}
 		holding := false
@@ -404,12 +409,12 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			case <-r.turn:
 				holding = true
 			case <-r.stopping:
-				r.pipe.done(0)
+				r.pipe.giveBack()
 				return
 			}
 			if wait := time.Until(r.next); wait > 0 && !r.sleep(wait, r.nextWakeable) {
 				r.turn <- struct{}{}
-				r.pipe.done(0)
+				r.pipe.giveBack()
 				return
 			}
 		}
@@ -419,7 +424,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			if holding {
 				r.turn <- struct{}{}
 			}
-			r.pipe.done(0)
+			r.pipe.giveBack()
 			continue
 		}
 		// A wake-up that arrived before this claim is answered by it: the
@@ -447,7 +452,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			r.probeFailed(ctx, err)
 		}
 		if err != nil {
-			r.pipe.done(0)
+			r.pipe.giveBack()
 			if r.isStopping() || ctx.Err() != nil {
 				return
 			}
@@ -464,7 +469,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			failures = 0
 		}
 		if n == 0 {
-			r.pipe.done(0)
+			r.pipe.giveBack()
 			continue
 		}
 		r.noteClaim(claim)
@@ -580,6 +585,9 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		// this batch settles, must find the circuit open, not claim the
 		// released events again and publish them to the sink that is down.
 		r.settleCircuit(ctx, probe, down, downErr)
+	}
+	if len(done) > 0 && !hardStopped {
+		r.proven.Store(true)
 	}
 	markStart := time.Now()
 	if len(done) > 0 {

@@ -24,19 +24,27 @@ import (
 // aggregate while any of its events is processing, so an aggregate is in
 // at most one batch in flight, and its next batch is claimed only once the
 // earlier one was marked.
+//
+// Batches go one at a time until one of them delivered an event, at the
+// start and again after the sink's circuit opened (Relay.proven): several
+// batches in flight against a sink that is down would each fail, and a
+// batch whose failures do not look like an outage (a sink's timeout, say)
+// while the batch that opens the circuit is still publishing would spend
+// attempts on an outage.
 
 // pipeline is the relay's count of batches and bytes in flight.
 type pipeline struct {
 	slots  chan struct{} // one token per batch the relay may hold
 	budget int64         // MaxInFlightBytes
 
-	mu    sync.Mutex
-	bytes int64         // payload and header bytes of the batches held
-	freed chan struct{} // closed and replaced whenever bytes go down
+	mu      sync.Mutex
+	bytes   int64         // payload and header bytes of the batches held
+	busy    int           // batches claimed and not yet settled
+	changed chan struct{} // closed and replaced whenever a batch settles
 }
 
 func newPipeline(batches, budget int) *pipeline {
-	p := &pipeline{slots: make(chan struct{}, batches), budget: int64(budget), freed: make(chan struct{})}
+	p := &pipeline{slots: make(chan struct{}, batches), budget: int64(budget), changed: make(chan struct{})}
 	for range batches {
 		p.slots <- struct{}{}
 	}
@@ -44,9 +52,10 @@ func newPipeline(batches, budget int) *pipeline {
 }
 
 // acquire takes a slot for the next claim, waiting until one is free and
-// the bytes held are under the budget. It returns false, holding nothing,
-// when stop is closed first.
-func (p *pipeline) acquire(stop <-chan struct{}) bool {
+// the bytes held are under the budget, and, while alone reports true, until
+// no other batch is in flight. It returns false, holding nothing, when stop
+// is closed first.
+func (p *pipeline) acquire(stop <-chan struct{}, alone func() bool) bool {
 	select {
 	case <-p.slots:
 	case <-stop:
@@ -54,13 +63,13 @@ func (p *pipeline) acquire(stop <-chan struct{}) bool {
 	}
 	for {
 		p.mu.Lock()
-		under, freed := p.bytes < p.budget, p.freed
+		ok, changed := p.bytes < p.budget && (p.busy == 0 || !alone()), p.changed
 		p.mu.Unlock()
-		if under {
+		if ok {
 			return true
 		}
 		select {
-		case <-freed:
+		case <-changed:
 		case <-stop:
 			p.slots <- struct{}{}
 			return false
@@ -68,30 +77,27 @@ func (p *pipeline) acquire(stop <-chan struct{}) bool {
 	}
 }
 
-// hold adds a claimed batch's bytes to what the pipeline holds.
+// giveBack returns a slot whose claim brought no batch.
+func (p *pipeline) giveBack() { p.slots <- struct{}{} }
+
+// hold records a claimed batch of n bytes in the slot just acquired.
 func (p *pipeline) hold(n int64) {
 	p.mu.Lock()
 	p.bytes += n
+	p.busy++
 	p.mu.Unlock()
 }
 
-// done gives back a slot and the n bytes its batch held.
+// done records that a held batch of n bytes is settled, and gives back its
+// slot.
 func (p *pipeline) done(n int64) {
-	if n > 0 {
-		p.mu.Lock()
-		p.bytes -= n
-		close(p.freed)
-		p.freed = make(chan struct{})
-		p.mu.Unlock()
-	}
-	p.slots <- struct{}{}
-}
-
-// held reports the bytes and batches in flight.
-func (p *pipeline) held() (bytes int64, batches int) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bytes, cap(p.slots) - len(p.slots)
+	p.bytes -= n
+	p.busy--
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	p.slots <- struct{}{}
 }
 
 // claimBytes is the payload and header bytes of a claimed batch: what it

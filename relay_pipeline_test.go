@@ -13,8 +13,10 @@ import (
 	"github.com/outboxkit/outbox/internal/testutil"
 )
 
-// gateSink holds every publish until its gate opens (or its context ends)
-// and records how many publishes ran at once.
+// gateSink lets its first publish through, so that the relay, which
+// pipelines only once a batch was delivered, holds several batches; it
+// holds every later publish until its gate opens (or its context ends) and
+// records how many publishes ran at once.
 type gateSink struct {
 	gate chan struct{}
 	once sync.Once
@@ -29,8 +31,12 @@ func newGateSink() *gateSink { return &gateSink{gate: make(chan struct{})} }
 
 func (s *gateSink) Publish(ctx context.Context, events []outbox.Event) []error {
 	s.mu.Lock()
-	s.cur++
 	s.batches++
+	if s.batches == 1 {
+		s.mu.Unlock()
+		return nil
+	}
+	s.cur++
 	s.most = max(s.most, s.cur)
 	s.mu.Unlock()
 	defer func() {
@@ -66,16 +72,17 @@ func (s *gateSink) waitHeld(t *testing.T, n int) {
 func TestRelayPipelineHoldsMaxInFlightBatches(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.write(t, 60, nil)
+	b.write(t, 70, nil)
 	sink := newGateSink()
 	b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 10, Workers: 1, MaxInFlight: 3})
 
-	// One claim loop holds three batches: it claimed the second and third
-	// while the first was still publishing.
+	// After the first batch went through, one claim loop holds three
+	// batches: it claimed the second and third while the first of them was
+	// still publishing.
 	sink.waitHeld(t, 3)
 	require.EqualValues(t, 30, b.stats(t).Processing, "a loop claims only with a free slot")
 	sink.open()
-	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 60 })
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 70 })
 	_, most := sink.held()
 	require.Equal(t, 3, most, "never more than MaxInFlight batches at once")
 }
@@ -84,7 +91,7 @@ func TestRelayPipelineKeepsToTheByteBudget(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	big := strings.Repeat("x", 1000)
-	b.write(t, 10, func(_ int, m *outbox.Message) { m.Payload = map[string]string{"s": big} })
+	b.write(t, 11, func(_ int, m *outbox.Message) { m.Payload = map[string]string{"s": big} })
 	sink := newGateSink()
 	// Each batch holds one ~1 kB event: a loop claims while the batches in
 	// flight hold less than 2,500 bytes, so it stops at three.
@@ -92,7 +99,7 @@ func TestRelayPipelineKeepsToTheByteBudget(t *testing.T) {
 	sink.waitHeld(t, 3)
 	require.EqualValues(t, 3, b.stats(t).Processing, "claimed past the byte budget")
 	sink.open()
-	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 10 })
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 11 })
 	_, most := sink.held()
 	require.Equal(t, 3, most, "the budget bounds the batches in flight")
 }
@@ -100,7 +107,7 @@ func TestRelayPipelineKeepsToTheByteBudget(t *testing.T) {
 func TestRelayStopSettlesEveryBatchInFlight(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	b.write(t, 40, nil)
+	b.write(t, 50, nil)
 	sink := newGateSink()
 	r := b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 10, MaxInFlight: 3})
 	sink.waitHeld(t, 3)
@@ -111,7 +118,7 @@ func TestRelayStopSettlesEveryBatchInFlight(t *testing.T) {
 	sink.open() // the three publishes complete during the stop
 	require.NoError(t, <-stopped)
 	s := b.stats(t)
-	require.EqualValues(t, 30, s.Processed, "every batch in flight was marked")
+	require.EqualValues(t, 40, s.Processed, "every batch in flight was marked")
 	require.EqualValues(t, 10, s.Pending, "nothing claimed after Stop")
 	require.Zero(t, s.Processing)
 }
@@ -119,7 +126,7 @@ func TestRelayStopSettlesEveryBatchInFlight(t *testing.T) {
 func TestRelayHardStopReleasesEveryBatchInFlight(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	ids := b.write(t, 30, nil)
+	ids := b.write(t, 40, nil)
 	sink := newGateSink()
 	r := b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 10, MaxInFlight: 3})
 	sink.waitHeld(t, 3)
@@ -130,7 +137,7 @@ func TestRelayHardStopReleasesEveryBatchInFlight(t *testing.T) {
 	s := b.stats(t)
 	require.EqualValues(t, 30, s.Pending, "every batch in flight was released")
 	require.Zero(t, s.Processing)
-	for _, id := range ids {
+	for _, id := range ids[10:] {
 		e, err := b.mgr.Event(b.ctx, id)
 		require.NoError(t, err)
 		require.Zero(t, e.Attempts, "event %d: a hard stop spends no attempt", id)
