@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,4 +144,79 @@ func TestRelayHardStopReleasesEveryBatchInFlight(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, e.Attempts, "event %d: a hard stop spends no attempt", id)
 	}
+}
+
+// heldKeySink holds the publish of any batch with an event of aggregate
+// "k" until its gate opens, passes every other batch at once, and records
+// the order in which events were acknowledged.
+type heldKeySink struct {
+	gate chan struct{}
+	held chan struct{} // closed once a batch with "k" is held
+
+	mu    sync.Mutex
+	once  sync.Once
+	acked []int64
+}
+
+func (s *heldKeySink) Publish(ctx context.Context, events []outbox.Event) []error {
+	for _, e := range events {
+		if e.AggregateID == "k" {
+			s.once.Do(func() { close(s.held) })
+			select {
+			case <-s.gate:
+			case <-ctx.Done():
+				return outbox.BatchError(len(events), ctx.Err())
+			}
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		s.acked = append(s.acked, e.ID)
+	}
+	return nil
+}
+
+func (s *heldKeySink) ackedIDs() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int64(nil), s.acked...)
+}
+
+// With batches in flight, the ordered mode still publishes an aggregate's
+// later event only once its earlier one was acknowledged: the relay keeps
+// claiming and publishing other aggregates' batches while the earlier
+// one's publish hangs, and never the later one.
+func TestRelayOrderedPipelineHoldsAKeysLaterBatch(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	sink := &heldKeySink{gate: make(chan struct{}), held: make(chan struct{})}
+	b.write(t, 1, func(_ int, m *outbox.Message) { m.AggregateID = "first" })
+	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, BatchSize: 5, MaxInFlight: 4})
+	testutil.WaitFor(t, 10*time.Second, "the first batch delivered", func() bool { return len(sink.ackedIDs()) == 1 })
+
+	k1 := b.write(t, 1, func(_ int, m *outbox.Message) { m.AggregateID = "k" })[0]
+	<-sink.held
+	later := b.write(t, 21, func(i int, m *outbox.Message) {
+		m.AggregateID = fmt.Sprintf("x%d", i)
+		if i == 0 {
+			m.AggregateID = "k"
+		}
+	})
+	k2, others := later[0], later[1:]
+	// Five batches of other aggregates go through while k's first event
+	// hangs: the relay pipelines around it.
+	testutil.WaitFor(t, 10*time.Second, "the other aggregates delivered", func() bool {
+		return len(sink.ackedIDs()) == 1+len(others)
+	})
+	require.NotContains(t, sink.ackedIDs(), k2)
+	e, err := b.mgr.Event(b.ctx, k2)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusPending, e.Status, "k's later event is not claimed while its earlier one is in flight")
+
+	close(sink.gate)
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 23 })
+	acked := sink.ackedIDs()
+	require.Less(t, slices.Index(acked, k1), slices.Index(acked, k2), "k's events acknowledged in order")
 }
