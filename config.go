@@ -53,6 +53,12 @@ const (
 	MaxAttemptsDefault  = 5
 	BackoffBaseDefault  = time.Second
 	BackoffMaxDefault   = 5 * time.Minute
+	// MaxInFlightDefault is the default of RelayConfig.MaxInFlight (at
+	// least Workers).
+	MaxInFlightDefault = 4
+	// MaxInFlightBytesDefault is the default of
+	// RelayConfig.MaxInFlightBytes: 64 MiB.
+	MaxInFlightBytesDefault = 64 << 20
 	// ProbeIntervalDefault and ProbeIntervalMaxDefault shape the probes of
 	// an unreachable sink.
 	ProbeIntervalDefault    = time.Second
@@ -90,6 +96,23 @@ type RelayConfig struct {
 	// database claims the next batch while the sink publishes this one.
 	// Defaults to WorkersDefault.
 	Workers int
+	// MaxInFlight is the most batches the relay holds at once, claimed and
+	// not yet settled: a claim loop claims its next batch while the sink
+	// publishes the last one and the database marks the one before, and
+	// a sink with a window of unacknowledged messages keeps it full across
+	// batches. A loop takes a slot before it claims, so no claimed batch
+	// waits: its lease covers one claim, publish and mark as with a
+	// single batch. 1 with one worker is the strict claim-publish-mark
+	// loop. It must be at least Workers, and each batch in flight may
+	// hold one database connection while it is marked. Defaults to
+	// MaxInFlightDefault, or Workers when that is larger.
+	MaxInFlight int
+	// MaxInFlightBytes bounds the payload and header bytes (as stored) of
+	// the batches in flight: a loop claims only while the batches it holds
+	// are under it, so memory stays within it plus one batch (bounded in
+	// turn by MaxBatchBytes, when set). Defaults to
+	// MaxInFlightBytesDefault.
+	MaxInFlightBytes int
 	// PollInterval is how long a loop sleeps after an empty claim, unless
 	// Relay.Wake (or a NOTIFY, with Listen) ends the sleep. A full batch is
 	// followed by another claim at once, a short one by another claim 5ms
@@ -261,6 +284,8 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	c.OrderedFailure = cmp.Or(c.OrderedFailure, OrderedFailureBlock)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, max(MaxInFlightDefault, c.Workers))
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.SinkTimeout = cmp.Or(c.SinkTimeout, min(SinkTimeoutDefault, c.Lease/2))
@@ -295,6 +320,10 @@ func (c RelayConfig) Validate() error {
 		return bad("MaxBatchBytes", "is %d: use a positive number of bytes, or 0 for no bound", c.MaxBatchBytes)
 	case c.Workers < 1 || c.Workers > WorkersMax:
 		return bad("Workers", "is %d: use 1 to %d", c.Workers, WorkersMax)
+	case c.MaxInFlight < c.Workers || c.MaxInFlight > MaxInFlightMax:
+		return bad("MaxInFlight", "is %d with %d workers: use %d to %d, since every claim loop needs a batch of its own", c.MaxInFlight, c.Workers, c.Workers, MaxInFlightMax)
+	case c.MaxInFlightBytes < 0:
+		return bad("MaxInFlightBytes", "is %d: use a positive number of bytes, or 0 for the default %d", c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	case c.PollInterval <= 0:
 		return bad("PollInterval", "is %v: use a positive duration", c.PollInterval)
 	case c.Lease < time.Second:
@@ -382,3 +411,7 @@ func DefaultRelayID() string {
 }
 
 var errStopped = errors.New("relay stopped")
+
+// errCircuitOpen is the result of events claimed as the sink's circuit
+// opened: they go back unpublished.
+var errCircuitOpen = errors.New("not sent: the sink is unreachable (circuit open)")

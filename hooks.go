@@ -10,7 +10,9 @@ import (
 type Hook any
 
 // HookBatch is called after every claimed batch is settled, on the relay
-// goroutine that handled it: keep it fast.
+// goroutine that handled it: keep it fast. Batches in flight settle
+// concurrently (RelayConfig.MaxInFlight), so OnBatch must be safe for
+// concurrent use.
 type HookBatch interface {
 	OnBatch(ctx context.Context, b BatchInfo)
 }

@@ -24,6 +24,9 @@ const (
 	// WorkersMax bounds RelayConfig.Workers: each is a goroutine holding a
 	// batch, and a database connection while it claims or marks.
 	WorkersMax = 1000
+	// MaxInFlightMax bounds RelayConfig.MaxInFlight: each batch in flight
+	// is a goroutine holding its events.
+	MaxInFlightMax = 1000
 )
 
 // ErrPayloadTooLarge is wrapped by the *MessageError of a message whose

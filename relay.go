@@ -58,6 +58,13 @@ type Relay struct {
 
 	// book tracks the leased batches, for Stop to report what it left.
 	book leaseBook
+	// pipe bounds the batches in flight and their bytes
+	// (relay_pipeline.go).
+	pipe *pipeline
+	// proven says a batch delivered an event since the relay started or
+	// the sink's circuit last opened; until then batches go one at a time
+	// (relay_pipeline.go).
+	proven atomic.Bool
 	// heartbeat is the relay's row in outbox_relays (relay_heartbeat.go).
 	heartbeat heartbeat
 
@@ -101,6 +108,7 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 		turn: make(chan struct{}, 1),
 
 		circuit: circuit.New(cfg.ProbeInterval, cfg.ProbeIntervalMax),
+		pipe:    newPipeline(cfg.MaxInFlight, cfg.MaxInFlightBytes),
 	}
 	r.health, _ = cfg.Sink.(HealthChecker)
 	r.heartbeat.proc = cfg.relayProcess()
@@ -182,6 +190,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.startHeartbeat(ctx)
 	r.resetCircuit(ctx)
+	r.proven.Store(false)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	r.settleBase, r.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	r.started = true
@@ -371,13 +380,27 @@ func (r *Relay) sleep(d time.Duration, wakeable bool) bool {
 // publishes. Light traffic then costs one claim per trailingClaimDelay for
 // the whole relay, not one per loop, with batches as big as the traffic
 // makes them, while publishing still runs in every loop at once.
+//
+// A loop does not wait for its batch: it takes a slot of the pipeline
+// before each claim, publishes and settles the batch on a goroutine of its
+// own and claims the next at once (relay_pipeline.go). It returns only
+// once every batch it claimed is settled. A probe's batch is handled in the
+// loop itself: it decides the circuit before anything more is claimed.
 func (r *Relay) claimLoop(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
+	// The batches this loop handed on (relay_pipeline.go): the loop
+	// returns only once they are settled, so Stop waits for them.
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
 	failures := 0
 	full := false // the last claim filled a batch: claim without the turn
 	for !r.isStopping() {
+		if !r.pipe.acquire(r.stopping, func() bool { return !r.proven.Load() }) {
+			return
+		}
 		probe, ok := r.awaitCircuit(ctx)
 		if !ok {
+			r.pipe.giveBack()
 			return
 		}
 		holding := false
@@ -386,12 +409,23 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			case <-r.turn:
 				holding = true
 			case <-r.stopping:
+				r.pipe.giveBack()
 				return
 			}
 			if wait := time.Until(r.next); wait > 0 && !r.sleep(wait, r.nextWakeable) {
 				r.turn <- struct{}{}
+				r.pipe.giveBack()
 				return
 			}
+		}
+		if !probe && r.circuit.State() != circuit.Closed {
+			// A batch in flight found the sink down while this loop
+			// waited for its turn: claim nothing until it answers.
+			if holding {
+				r.turn <- struct{}{}
+			}
+			r.pipe.giveBack()
+			continue
 		}
 		// A wake-up that arrived before this claim is answered by it: the
 		// writer committed before waking, so the claim sees the event.
@@ -418,6 +452,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			r.probeFailed(ctx, err)
 		}
 		if err != nil {
+			r.pipe.giveBack()
 			if r.isStopping() || ctx.Err() != nil {
 				return
 			}
@@ -433,11 +468,25 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			log.Info("claims resumed", slog.Int("failed_claims", failures))
 			failures = 0
 		}
-		if n > 0 {
-			r.noteClaim(claim)
-			log.Debug("claimed", slog.Int("batch_size", n))
-			r.handle(ctx, claim, time.Since(start), probe)
+		if n == 0 {
+			r.pipe.giveBack()
+			continue
 		}
+		r.noteClaim(claim)
+		log.Debug("claimed", slog.Int("batch_size", n))
+		size := claimBytes(claim)
+		r.pipe.hold(size)
+		claimDur := time.Since(start)
+		if probe {
+			// A probe decides the circuit before anything else is claimed.
+			r.handle(ctx, claim, claimDur, probe)
+			r.pipe.done(size)
+			continue
+		}
+		inFlight.Go(func() {
+			defer r.pipe.done(size)
+			r.handle(ctx, claim, claimDur, false)
+		})
 	}
 }
 
@@ -474,9 +523,11 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	defer cancel()
 	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
 
-	if r.isStopping() {
-		// Claimed while Stop was being called: hand the events back unpublished.
-		info.Errors = BatchError(len(events), errStopped)
+	if unsent := r.handBack(probe); unsent != nil {
+		// Claimed while Stop was being called, or while a batch in flight
+		// found the sink down: hand the events back unpublished, with no
+		// attempt spent.
+		info.Errors = BatchError(len(events), unsent)
 		r.book.settling(fence)
 		info.Released = r.release(settleCtx, fence, ids(events))
 		r.runBatchHooks(ctx, info)
@@ -530,6 +581,15 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 		}
 	}
 
+	if !hardStopped {
+		// Before the events are released: the loops, which claim while
+		// this batch settles, must find the circuit open, not claim the
+		// released events again and publish them to the sink that is down.
+		r.settleCircuit(ctx, probe, down, downErr)
+	}
+	if len(done) > 0 && !hardStopped {
+		r.proven.Store(true)
+	}
 	markStart := time.Now()
 	if len(done) > 0 {
 		info.Published, info.Dead = r.markProcessed(settleCtx, fence, done)
@@ -549,10 +609,23 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	}
 	info.MarkDuration = time.Since(markStart)
 	if !hardStopped {
-		r.settleCircuit(ctx, probe, down, downErr)
 		r.noteFailures(len(failures)+len(released), lastErr)
 	}
 	r.runBatchHooks(ctx, info)
+}
+
+// handBack says why a batch just claimed is not to be published: the
+// relay is stopping, or the sink's circuit opened while the claim ran
+// (another batch in flight found the sink down, and its events may be in
+// this claim); nil to publish it. A probe's batch is published.
+func (r *Relay) handBack(probe bool) error {
+	switch {
+	case r.isStopping():
+		return errStopped
+	case !probe && r.circuit.State() != circuit.Closed:
+		return errCircuitOpen
+	}
+	return nil
 }
 
 // publish calls the sink under the sink timeout, with the publish hooks

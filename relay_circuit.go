@@ -100,8 +100,10 @@ func (r *Relay) awaitCircuit(ctx context.Context) (probe, ok bool) {
 func (r *Relay) settleCircuit(ctx context.Context, probe, down bool, err error) {
 	switch {
 	case down && probe:
+		r.proven.Store(false)
 		r.probeFailed(ctx, err)
 	case down:
+		r.proven.Store(false)
 		if r.circuit.Trip() {
 			wait := r.circuit.ProbeIn()
 			r.log.Warn("sink unreachable: circuit open; the relay stops claiming, releases what it holds without spending an attempt, and probes the sink until it answers",

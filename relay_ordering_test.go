@@ -282,8 +282,11 @@ func TestRelayOrderedLeaseExpiryDuringPublish(t *testing.T) {
 	ids := b.write(t, 3, func(_ int, m *outbox.Message) { m.AggregateID = "k" })
 	paused := &pausingSink{paused: make(chan struct{}), resume: make(chan struct{})}
 	lease := 2 * time.Second
+	// One batch in flight: the paused relay's one loop is stuck in the
+	// publish, as in a paused process, and claims nothing else.
 	b.start(t, outbox.RelayConfig{Sink: paused, Ordering: outbox.OrderingAggregate, RelayID: "paused", Lease: lease,
-		SinkTimeout: lease - 100*time.Millisecond, ShutdownTimeout: time.Second, PollInterval: 10 * time.Millisecond})
+		SinkTimeout: lease - 100*time.Millisecond, ShutdownTimeout: time.Second, PollInterval: 10 * time.Millisecond,
+		MaxInFlight: 1})
 	<-paused.paused
 	other := &orderSink{}
 	b.start(t, outbox.RelayConfig{Sink: other, Ordering: outbox.OrderingAggregate, RelayID: "other", Lease: lease,

@@ -749,6 +749,9 @@ func TestRelayConfigValidation(t *testing.T) {
 		{outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{42}}, "Hooks"},
 		{outbox.RelayConfig{Sink: sink, Lease: 10 * time.Second, ShutdownTimeout: 10 * time.Second}, "ShutdownTimeout"},
 		{outbox.RelayConfig{Sink: sink, MaxBatchBytes: -1}, "MaxBatchBytes"},
+		{outbox.RelayConfig{Sink: sink, Workers: 4, MaxInFlight: 2}, "MaxInFlight"},
+		{outbox.RelayConfig{Sink: sink, MaxInFlight: outbox.MaxInFlightMax + 1}, "MaxInFlight"},
+		{outbox.RelayConfig{Sink: sink, MaxInFlightBytes: -1}, "MaxInFlightBytes"},
 		{outbox.RelayConfig{Sink: sink, RelayID: "relay\x00one"}, "RelayID"},
 		{outbox.RelayConfig{Sink: sink, RelayID: "relay\xff"}, "RelayID"},
 		{outbox.RelayConfig{Sink: sink, RelayID: strings.Repeat("r", 256)}, "RelayID"},
@@ -762,7 +765,10 @@ func TestRelayConfigValidation(t *testing.T) {
 	cfg := outbox.RelayConfig{Sink: sink}.WithDefaults()
 	require.Equal(t, outbox.LeaseDefault, cfg.Lease)
 	require.Less(t, cfg.SinkTimeout, cfg.Lease)
+	require.Equal(t, outbox.MaxInFlightDefault, cfg.MaxInFlight)
 	require.NoError(t, cfg.Validate())
+	cfg = outbox.RelayConfig{Sink: sink, Workers: 8}.WithDefaults()
+	require.Equal(t, 8, cfg.MaxInFlight, "at least one batch per worker")
 }
 
 func TestRelayStartWithoutTable(t *testing.T) {

@@ -2,9 +2,6 @@ package mqttsink
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -17,14 +14,14 @@ import (
 // Member names of the structured-mode JSON besides the attributes.
 const (
 	// MemberData holds a JSON payload, embedded byte for byte as stored.
-	MemberData = "data"
+	MemberData = envelope.MemberData
 	// MemberDataBase64 holds a payload that is not valid JSON, base64
 	// encoded, as the CloudEvents JSON format requires.
-	MemberDataBase64 = "data_base64"
+	MemberDataBase64 = envelope.MemberDataBase64
 	// MemberTraceParent and MemberTraceState hold the W3C trace context,
 	// as the CloudEvents distributed tracing extension names it.
-	MemberTraceParent = "traceparent"
-	MemberTraceState  = "tracestate"
+	MemberTraceParent = envelope.MemberTraceParent
+	MemberTraceState  = envelope.MemberTraceState
 )
 
 // topicMax is the longest topic name MQTT can carry: a two-byte length.
@@ -68,43 +65,7 @@ func (s *Sink) newPayload(e *outbox.Event) (topic string, payload []byte, err er
 	if err := checkTopic(topic); err != nil {
 		return "", nil, outbox.Permanent(fmt.Errorf("mqttsink: event %d: %w", e.ID, err))
 	}
-	env := envelope.For(e, s.cfg.Source)
 	var b bytes.Buffer
-	b.Grow(len(e.Payload) + 512)
-	b.WriteByte('{')
-	member := func(name, value string) {
-		if b.Len() > 1 {
-			b.WriteByte(',')
-		}
-		writeString(&b, name)
-		b.WriteByte(':')
-		writeString(&b, value)
-	}
-	for _, a := range env.Attributes {
-		member(a.Name, a.Value)
-	}
-	if env.Trace.TraceParent != "" {
-		member(MemberTraceParent, env.Trace.TraceParent)
-	}
-	if env.Trace.TraceState != "" {
-		member(MemberTraceState, env.Trace.TraceState)
-	}
-	if json.Valid(e.Payload) {
-		b.WriteString(`,"` + MemberData + `":`)
-		b.Write(e.Payload)
-	} else {
-		member(MemberDataBase64, base64.StdEncoding.EncodeToString(e.Payload))
-	}
-	b.WriteByte('}')
+	envelope.AppendJSON(&b, e, s.cfg.Source)
 	return topic, b.Bytes(), nil
-}
-
-// writeString writes s as a JSON string.
-func writeString(b *bytes.Buffer, s string) {
-	q, err := json.Marshal(s)
-	if err != nil {
-		// Marshal of a string cannot fail; invalid UTF-8 becomes U+FFFD.
-		panic(errors.Join(errors.New("mqttsink: encode a string"), err))
-	}
-	b.Write(q)
 }

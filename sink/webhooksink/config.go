@@ -29,6 +29,8 @@ const (
 	TimeoutDefault     = 10 * time.Second
 	ConcurrencyDefault = 16
 	UserAgentDefault   = "outbox-webhooksink"
+	// BatchMax bounds Config.Batch.
+	BatchMax = 10000
 )
 
 // Config configures a Sink.
@@ -51,6 +53,13 @@ type Config struct {
 	// Concurrency is the most requests in flight at once, across all
 	// concurrent Publish calls. Defaults to ConcurrencyDefault.
 	Concurrency int
+	// Batch, when above 1, sends events up to Batch to a request as a
+	// CloudEvents JSON batch (Content-Type
+	// application/cloudevents-batch+json): a JSON array of events in
+	// structured mode, each with its attributes and the payload as data.
+	// For endpoints that accept it; a 2xx answer acknowledges every event
+	// of the request. Defaults to 1: one event per request in binary mode.
+	Batch int
 	// Client sends the requests. Its CheckRedirect is replaced (on a copy)
 	// so redirects are never followed. Defaults to a client with its own
 	// transport that keeps Concurrency idle connections to the endpoint.
@@ -135,6 +144,9 @@ func (c Config) validate() (*url.URL, *standardwebhooks.Webhook, error) {
 	}
 	if c.Concurrency < 0 {
 		return nil, nil, bad("Concurrency", "is %d: use at least 1, or 0 for the default %d", c.Concurrency, ConcurrencyDefault)
+	}
+	if c.Batch < 0 || c.Batch > BatchMax {
+		return nil, nil, bad("Batch", "is %d: use 1 to %d events per request, or 0 for one event per request in binary mode", c.Batch, BatchMax)
 	}
 	if !envelope.ValidHeaderValue(c.UserAgent) {
 		return nil, nil, bad("UserAgent", "%q holds control characters: use printable text", c.UserAgent)
@@ -290,6 +302,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("timeout", c.Timeout),
 		slog.Int("concurrency", c.Concurrency),
 	)
+	if c.Batch > 1 {
+		attrs = append(attrs, slog.Int("batch", c.Batch))
+	}
 	if c.TLS != nil {
 		attrs = append(attrs, slog.Bool("tls_private_ca", c.TLS.RootCAs != nil), slog.Bool("tls_client_certificate", len(c.TLS.Certificates) > 0))
 	}

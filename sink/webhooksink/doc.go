@@ -93,6 +93,20 @@
 // order; receivers that care order by ce-time or ce-id, or set Concurrency
 // to 1.
 //
+// # Batched requests
+//
+// With Config.Batch above 1, events go up to Batch to a request as a
+// CloudEvents JSON batch (Content-Type application/cloudevents-batch+json,
+// BatchContentType): a JSON array of the events in structured mode, each
+// with the attributes above as members, traceparent and tracestate when
+// set, and the payload embedded as data exactly as stored (data_base64 when
+// it is not valid JSON). A 2xx answer delivers every event of the request,
+// any other result fails them all; a request refused permanently (a
+// redirect, a 4xx other than 408 and 429) is split, each of its events sent
+// again alone, so that one event the endpoint rejects does not dead-letter
+// the others. A signed request signs the whole body, with webhook-id
+// "FIRST-LAST", the IDs of its first and last event.
+//
 // # Secrets
 //
 // The secret, the values of Config.Headers (such as an Authorization

@@ -80,6 +80,7 @@ func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.got = append(s.got, received{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 	s.mu.Unlock()
 	if respond := s.respond.Load(); respond != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body)) // for respond to read again
 		(*respond)(w, r)
 		return
 	}

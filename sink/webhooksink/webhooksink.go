@@ -142,6 +142,9 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
+	if s.cfg.Batch > 1 {
+		return s.publishBatches(ctx, events)
+	}
 	errs := make([]error, len(events))
 	workers := min(s.cfg.Concurrency, len(events))
 	switch {
@@ -175,16 +178,11 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 
 // send delivers one event.
 func (s *Sink) send(ctx context.Context, e *outbox.Event) error {
-	select {
-	case s.sem <- struct{}{}:
-		defer func() { <-s.sem }()
-	case <-ctx.Done():
-		return fmt.Errorf("webhooksink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+	release, err := s.acquire(ctx, e)
+	if err != nil {
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		// Both cases of the select were ready and the semaphore won.
-		return fmt.Errorf("webhooksink: event %d: not sent: %w", e.ID, context.Cause(ctx))
-	}
+	defer release()
 
 	reqCtx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
@@ -205,6 +203,23 @@ func (s *Sink) send(ctx context.Context, e *outbox.Event) error {
 		return nil
 	}
 	return s.statusError(e, resp)
+}
+
+// acquire takes one of the Concurrency requests in flight for a request
+// that carries e (first), and returns its release; or an error when ctx
+// ends first.
+func (s *Sink) acquire(ctx context.Context, e *outbox.Event) (release func(), err error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("webhooksink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+	}
+	if err := ctx.Err(); err != nil {
+		// Both cases of the select were ready and the semaphore won.
+		<-s.sem
+		return nil, fmt.Errorf("webhooksink: event %d: not sent: %w", e.ID, context.Cause(ctx))
+	}
+	return func() { <-s.sem }, nil
 }
 
 // newRequest builds the CloudEvents binary-mode request for e.

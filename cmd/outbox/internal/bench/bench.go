@@ -174,6 +174,10 @@ type Config struct {
 	// Workers is how many claim loops the relay and the reference run.
 	// Defaults to WorkersDefault.
 	Workers int
+	// MaxInFlight is the relay's RelayConfig.MaxInFlight, and how many
+	// batches sink publishes at once. Defaults to the relay's default
+	// (outbox.MaxInFlightDefault, or Workers when larger).
+	MaxInFlight int
 	// Writers is how many writer goroutines steady and latency run.
 	// Defaults to WritersDefault.
 	Writers int
@@ -223,6 +227,7 @@ func (c Config) WithDefaults() Config {
 	c.Events = cmp.Or(c.Events, EventsDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, max(outbox.MaxInFlightDefault, c.Workers))
 	c.Writers = cmp.Or(c.Writers, WritersDefault)
 	c.PayloadSize = cmp.Or(c.PayloadSize, PayloadSizeDefault)
 	c.Duration = cmp.Or(c.Duration, DurationDefault)
@@ -271,6 +276,8 @@ func (c Config) Validate() error {
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, outbox.BatchSizeMax)
 	case c.Workers < 1 || c.Workers > outbox.WorkersMax:
 		return bad("Workers", "is %d: use 1 to %d", c.Workers, outbox.WorkersMax)
+	case c.MaxInFlight < c.Workers || c.MaxInFlight > outbox.MaxInFlightMax:
+		return bad("MaxInFlight", "is %d with %d workers: use %d to %d", c.MaxInFlight, c.Workers, c.Workers, outbox.MaxInFlightMax)
 	case c.Writers < 1 || c.Writers > WritersMax:
 		return bad("Writers", "is %d: use 1 to %d", c.Writers, WritersMax)
 	case c.PayloadSize < PayloadSizeMin:

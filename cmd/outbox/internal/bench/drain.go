@@ -50,7 +50,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		p := s.pools()
 		defer p.close(ctx)
 		relayID := "bench:" + s.name()
-		db, err := p.relay(ctx, relayID, r.cfg.Workers+2)
+		db, err := p.relay(ctx, relayID, r.cfg.MaxInFlight+2)
 		if err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		progress := &drainProgress{target: int64(r.cfg.Events), done: make(chan struct{}), failed: make(chan struct{})}
 		relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 			Sink: rec, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
-			PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, Hooks: []outbox.Hook{progress},
+			MaxInFlight: r.cfg.MaxInFlight, PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, Hooks: []outbox.Hook{progress},
 			Ordering: ordering,
 		})
 		if err != nil {

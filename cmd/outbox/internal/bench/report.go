@@ -42,6 +42,7 @@ type Settings struct {
 	Events         int      `json:"events"`
 	BatchSize      int      `json:"batch_size"`
 	Workers        int      `json:"workers"`
+	MaxInFlight    int      `json:"max_in_flight"`
 	Writers        int      `json:"writers"`
 	PayloadSize    int      `json:"payload_size"`
 	DurationS      float64  `json:"duration_s"`

@@ -211,7 +211,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 
 func (r *Runner) settings() Settings {
 	s := Settings{
-		Events: r.cfg.Events, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers, Writers: r.cfg.Writers,
+		Events: r.cfg.Events, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers, MaxInFlight: r.cfg.MaxInFlight, Writers: r.cfg.Writers,
 		PayloadSize: len(r.payload), DurationS: r.cfg.Duration.Seconds(), Rate: r.cfg.Rate,
 		PollIntervalMS: float64(r.cfg.PollInterval) / float64(time.Millisecond), Sink: r.cfg.SinkName,
 	}

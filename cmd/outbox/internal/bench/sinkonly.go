@@ -14,8 +14,9 @@ import (
 // Sink publishes Events events straight through the sink with no database:
 // the sink's own limit in this run. The events are the ones drain pre-fills
 // (same payload, event type, aggregate), built in memory before the clock
-// starts and published in batches of BatchSize by Workers loops, each
-// calling Publish with one batch after the other as the relay's loops do.
+// starts and published in batches of BatchSize by MaxInFlight loops, each
+// calling Publish with one batch after the other: as many batches at once
+// as the relay holds in flight.
 // With the Discard sink it measures the bench harness itself (the
 // recorder's bookkeeping). A rejected event ends the scenario with an
 // error, as in drain.
@@ -31,7 +32,7 @@ func (r *Runner) sinkOnly(ctx context.Context, sink outbox.Sink) (Report, error)
 	r.progress("sink: publishing %d events to %s", r.cfg.Events, r.cfg.SinkName)
 	rss := startRSS()
 	start := time.Now()
-	err := publishBatches(ctx, rec, events, r.cfg.BatchSize, r.cfg.Workers)
+	err := publishBatches(ctx, rec, events, r.cfg.BatchSize, r.cfg.MaxInFlight)
 	elapsed := time.Since(start)
 	rep.RSSPeakBytes = rss.Stop()
 	if sinkErr := rec.err(); sinkErr != nil {

@@ -131,15 +131,15 @@ func (r *Runner) writeAlone(ctx context.Context, s scratch, d time.Duration) ([]
 // wake says.
 func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*outbox.Relay, error) {
 	relayID := "bench:" + s.name()
-	// One connection per claim loop, one for the lease rescue, one for
-	// LISTEN, one spare.
-	db, err := p.relay(ctx, relayID, r.cfg.Workers+3)
+	// One connection per batch in flight, one for the lease rescue, one
+	// for LISTEN, one spare.
+	db, err := p.relay(ctx, relayID, r.cfg.MaxInFlight+3)
 	if err != nil {
 		return nil, err
 	}
 	relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 		Sink: sink, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
-		PollInterval: r.cfg.PollInterval, Retention: retention, Listen: wake == WakeListen, Logger: r.cfg.Logger,
+		MaxInFlight: r.cfg.MaxInFlight, PollInterval: r.cfg.PollInterval, Retention: retention, Listen: wake == WakeListen, Logger: r.cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ import (
 
 // benchFlagNames maps bench.Config fields to the flags that set them.
 var benchFlagNames = map[string]string{
-	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "Writers": "--writers",
+	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "MaxInFlight": "--max-in-flight", "Writers": "--writers",
 	"PayloadSize": "--payload-size", "Duration": "--duration", "Rate": "--rate", "PollInterval": "--poll-interval",
 	"Retentions": "--retention", "Wakes": "--wake", "SchemaPrefix": "--schema-prefix", "OrderedKeys": "--ordered-keys",
 }
@@ -37,6 +37,7 @@ func (a *app) benchCommand() *cobra.Command {
 		retention string
 		wake      string
 		sinkURL   string
+		so        benchSinkOptions
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
@@ -106,9 +107,9 @@ scenarios that finished and exits 130.`,
 				return &usageError{err: err}
 			}
 			if err := checkPositive(cmd, map[string]bool{
-				"events": cfg.Events > 0, "batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0,
+				"events": cfg.Events > 0, "batch-size": cfg.BatchSize > 0, "workers": cfg.Workers > 0, "max-in-flight": cfg.MaxInFlight > 0,
 				"writers": cfg.Writers > 0, "payload-size": cfg.PayloadSize > 0, "duration": cfg.Duration > 0,
-				"rate": cfg.Rate > 0, "poll-interval": cfg.PollInterval > 0,
+				"rate": cfg.Rate > 0, "poll-interval": cfg.PollInterval > 0, "sink-concurrency": so.concurrency > 0, "webhook-batch": so.webhookBatch > 0,
 			}); err != nil {
 				return err
 			}
@@ -137,7 +138,7 @@ scenarios that finished and exits 130.`,
 				// All the modes this database has: LISTEN is PostgreSQL's.
 				cfg.Wakes = slices.DeleteFunc(cfg.Wakes, func(w bench.Wake) bool { return w == bench.WakeListen })
 			}
-			sink, err := a.benchSink(cmd.Context(), sinkURL)
+			sink, err := a.benchSink(cmd.Context(), sinkURL, so)
 			if err != nil {
 				return err
 			}
@@ -188,7 +189,8 @@ scenarios that finished and exits 130.`,
 	f := cmd.Flags()
 	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain, reference and reference-minimal, and published by sink")
 	f.IntVar(&cfg.BatchSize, "batch-size", bench.BatchSizeDefault, "most events claimed and published at once")
-	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loops, publishing loops of sink")
+	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loops")
+	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, fmt.Sprintf("batches the relay holds in flight (relay --max-in-flight), and publishes at once in sink (default %d, or --workers when larger)", outbox.MaxInFlightDefault))
 	f.IntVar(&cfg.Writers, "writers", bench.WritersDefault, "writer goroutines in steady and latency")
 	f.IntVar(&cfg.PayloadSize, "payload-size", bench.PayloadSizeDefault, "bytes of JSON payload per event")
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long latency writes, and steady with the relay (steady also writes without it, half as long before and half after)")
@@ -198,6 +200,8 @@ scenarios that finished and exits 130.`,
 	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
+	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")
+	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
@@ -213,9 +217,15 @@ func (a *app) writeBenchResult(res bench.Result, asJSON bool) error {
 	return writeBenchText(a.stdout, res)
 }
 
+// benchSinkOptions are the bench's flags for a webhook --sink.
+type benchSinkOptions struct {
+	concurrency  int
+	webhookBatch int
+}
+
 // benchSink opens the --sink for the bench: nil for discard: (the bench's
 // own discarding sink), else the sink the relay command would open.
-func (a *app) benchSink(ctx context.Context, raw string) (outbox.Sink, error) {
+func (a *app) benchSink(ctx context.Context, raw string, so benchSinkOptions) (outbox.Sink, error) {
 	if raw == "discard" || raw == benchDiscardSink {
 		return nil, nil
 	}
@@ -229,7 +239,7 @@ func (a *app) benchSink(ctx context.Context, raw string) (outbox.Sink, error) {
 	secret := os.Getenv(EnvWebhookSecret)
 	a.redact.add(secret)
 	return openSink(ctx, raw, sinkOptions{
-		Timeout: outbox.SinkTimeoutDefault, WebhookSecret: secret, Concurrency: webhooksink.ConcurrencyDefault,
+		Timeout: outbox.SinkTimeoutDefault, WebhookSecret: secret, Concurrency: so.concurrency, WebhookBatch: so.webhookBatch,
 		Stdout: a.stdout, Logger: a.logger,
 	}, a.redact)
 }
@@ -270,8 +280,8 @@ func benchConfigError(err error) error {
 // writeBenchText writes res as a table per scenario.
 func writeBenchText(w io.Writer, res bench.Result) error {
 	s := res.Settings
-	_, _ = fmt.Fprintf(w, "outbox bench on %s %s, %d CPUs: batch %d, %d relay loops, %d writers, payload %d B, poll %gms, sink %s\n",
-		res.DatabaseName(), res.Server, res.CPUs, s.BatchSize, s.Workers, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
+	_, _ = fmt.Fprintf(w, "outbox bench on %s %s, %d CPUs: batch %d, %d relay loops, %d batches in flight, %d writers, payload %d B, poll %gms, sink %s\n",
+		res.DatabaseName(), res.Server, res.CPUs, s.BatchSize, s.Workers, s.MaxInFlight, s.Writers, s.PayloadSize, s.PollIntervalMS, s.Sink)
 	t := newTable(w, 2)
 	for _, r := range res.Scenarios {
 		title := string(r.Scenario)

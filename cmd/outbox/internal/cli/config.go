@@ -72,6 +72,7 @@ var fileKeys = []fileKey{
 	{"sink", "webhook_cert", "webhook-cert", kindString},
 	{"sink", "webhook_key", "webhook-key", kindString},
 	{"sink", "concurrency", "sink-concurrency", kindPositive},
+	{"sink", "webhook_batch", "webhook-batch", kindPositive},
 	{"sink", "webhook_deny_private", "webhook-deny-private", kindBool},
 	{"sink", "webhook_allow_networks", "webhook-allow-network", kindList},
 
@@ -93,6 +94,8 @@ var fileKeys = []fileKey{
 	{"relay", "retention", "retention", kindRetention},
 	{"relay", "listen", "listen", kindBool},
 	{"relay", "max_batch_bytes", "max-batch-bytes", kindPositive},
+	{"relay", "max_in_flight", "max-in-flight", kindPositive},
+	{"relay", "max_in_flight_bytes", "max-in-flight-bytes", kindPositive},
 	{"relay", "purge_after", "purge-after", kindDuration},
 	{"relay", "purge_failed_after", "purge-failed-after", kindDuration},
 	{"relay", "purge_interval", "purge-interval", kindDuration},

@@ -36,6 +36,7 @@ sink:
   webhook_cert: /etc/outbox/client.pem
   webhook_key: ${KEY_DIR}/client-key.pem
   concurrency: 4
+  webhook_batch: 10
   webhook_deny_private: true
   webhook_allow_networks: [10.1.0.0/16, 192.168.7.7]
 routing:
@@ -60,6 +61,8 @@ relay:
   retention: archive
   listen: true
   max_batch_bytes: 67108864
+  max_in_flight: 3
+  max_in_flight_bytes: 1048576
   purge_after: 7d
   purge_failed_after: 30d
   purge_interval: 30m
@@ -112,6 +115,9 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, []string{"order.*", "user.created"}, get("event-types").list)
 	require.Equal(t, 50, get("batch-size").num)
 	require.Equal(t, 64<<20, get("max-batch-bytes").num)
+	require.Equal(t, 3, get("max-in-flight").num)
+	require.Equal(t, 1<<20, get("max-in-flight-bytes").num)
+	require.Equal(t, 10, get("webhook-batch").num)
 	require.Equal(t, 250*time.Millisecond, get("poll-interval").dur)
 	require.Equal(t, time.Minute, get("backoff-max").dur)
 	require.Equal(t, 4*time.Second, get("db-timeout").dur)

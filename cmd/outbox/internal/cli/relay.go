@@ -31,7 +31,8 @@ var relayFlagNames = map[string]string{
 	"Lease": "lease", "SinkTimeout": "sink-timeout", "MaxAttempts": "max-attempts",
 	"BackoffBase": "backoff-base", "BackoffMax": "backoff-max", "RelayID": "relay-id",
 	"Sink": "sink", "ShutdownTimeout": "shutdown-timeout", "EventTypes": "event-types",
-	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
+	"Retention": "retention", "MaxBatchBytes": "max-batch-bytes",
+	"MaxInFlight": "max-in-flight", "MaxInFlightBytes": "max-in-flight-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
 	"ProbeInterval": "probe-interval", "ProbeIntervalMax": "probe-interval-max", "SummaryInterval": "summary-interval",
 	"HeartbeatInterval": "heartbeat-interval", "Ordering": "ordering", "OrderedFailure": "ordered-failure",
 }
@@ -108,6 +109,8 @@ outbox-relay:<relay-id>.`,
 	f.IntVar(&rf.cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "most events claimed and published at once")
 	f.IntVar(&rf.cfg.MaxBatchBytes, "max-batch-bytes", 0, "most payload and header bytes (as stored) claimed at once, so a batch of large payloads cannot exhaust memory; a claim always takes its first event; 0 for no bound")
 	f.IntVar(&rf.cfg.Workers, "workers", outbox.WorkersDefault, "claim-publish-mark loops running at once")
+	f.IntVar(&rf.cfg.MaxInFlight, "max-in-flight", 0, fmt.Sprintf("most batches held at once, claimed and not yet marked: a loop claims its next batch while the sink publishes the last one; at least --workers, 1 with one worker for a strict claim-publish-mark loop (default %d, or --workers when larger)", outbox.MaxInFlightDefault))
+	f.IntVar(&rf.cfg.MaxInFlightBytes, "max-in-flight-bytes", outbox.MaxInFlightBytesDefault, "most payload and header bytes (as stored) of the batches in flight: a loop claims only while they hold less")
 	f.DurationVar(&rf.cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "wait after an empty claim")
 	f.DurationVar(&rf.cfg.Lease, "lease", outbox.LeaseDefault, "how long a claim holds its events before another relay may take them over")
 	f.DurationVar(&rf.cfg.SinkTimeout, "sink-timeout", outbox.SinkTimeoutDefault, "bound on one publish, shorter than --lease; unset, half the lease when that is shorter")
@@ -129,6 +132,7 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.so.WebhookCert, "webhook-cert", "", "https webhook: PEM client certificate to present, for endpoints that require one (with --webhook-key)")
 	f.StringVar(&rf.so.WebhookKey, "webhook-key", "", "https webhook: PEM private key of --webhook-cert")
 	f.IntVar(&rf.so.Concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook: requests in flight at once")
+	f.IntVar(&rf.so.WebhookBatch, "webhook-batch", 1, "webhook: events per request; above 1, each request is a CloudEvents JSON batch (application/cloudevents-batch+json), for endpoints that accept it")
 	f.BoolVar(&rf.so.WebhookDenyPrivate, "webhook-deny-private", false, "webhook: refuse to connect to private, loopback, link-local, CGNAT and cloud metadata addresses, checked on each dialed address (for tenant-supplied URLs); such events are dead-lettered")
 	f.StringSliceVar(&rf.so.WebhookAllowNetworks, "webhook-allow-network", nil, "webhook: with --webhook-deny-private, a network (CIDR or address) reached even so, such as 10.1.2.0/24; repeatable")
 	f.StringVar(&rf.so.Source, "source", "", "webhook and broker sinks: the CloudEvents source attribute of each event (default "+webhooksink.SourceDefault+")")
@@ -147,9 +151,10 @@ outbox-relay:<relay-id>.`,
 // opens the sink and runs the relay.
 func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err := checkPositive(cmd, map[string]bool{
-		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "poll-interval": rf.cfg.PollInterval > 0,
+		"batch-size": rf.cfg.BatchSize > 0, "workers": rf.cfg.Workers > 0, "max-in-flight": rf.cfg.MaxInFlight > 0,
+		"max-in-flight-bytes": rf.cfg.MaxInFlightBytes > 0, "poll-interval": rf.cfg.PollInterval > 0,
 		"lease": rf.cfg.Lease > 0, "sink-timeout": rf.cfg.SinkTimeout > 0, "max-attempts": rf.cfg.MaxAttempts > 0,
-		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0,
+		"backoff-base": rf.cfg.BackoffBase > 0, "backoff-max": rf.cfg.BackoffMax > 0, "sink-concurrency": rf.so.Concurrency > 0, "webhook-batch": rf.so.WebhookBatch > 0,
 		"shutdown-timeout": rf.cfg.ShutdownTimeout > 0, "db-timeout": rf.cfg.DBTimeout > 0,
 		"purge-interval": rf.cfg.PurgeInterval > 0, "dead-letter-retries": rf.cfg.DeadLetterRetries > 0, "schedule-lease": rf.cfg.ScheduleLease > 0,
 		"probe-interval": rf.cfg.ProbeInterval > 0, "probe-interval-max": rf.cfg.ProbeIntervalMax > 0,
@@ -274,9 +279,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 // runRelay connects a pool of the relay's own and runs the relay until ctx
 // ends, then stops it gracefully.
 func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cfg outbox.RelayConfig, sinkName string, obs *observability) error {
-	// One connection per worker, one for the lease rescue, one spare, and
-	// one held in LISTEN.
-	conns := cfg.Workers + 2
+	// One connection per batch in flight (a claim loop claims, and each
+	// batch marks, on one), one for the lease rescue, one spare, and one
+	// held in LISTEN.
+	conns := cfg.WithDefaults().MaxInFlight + 2
 	if cfg.Listen {
 		conns++
 	}
@@ -422,8 +428,9 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
-		"max-batch-bytes":  &rf.cfg.MaxBatchBytes,
-		"sink-concurrency": &rf.so.Concurrency, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
+		"max-batch-bytes": &rf.cfg.MaxBatchBytes, "max-in-flight": &rf.cfg.MaxInFlight,
+		"max-in-flight-bytes": &rf.cfg.MaxInFlightBytes,
+		"sink-concurrency":    &rf.so.Concurrency, "webhook-batch": &rf.so.WebhookBatch, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
 	}
 	durs := map[string]*time.Duration{
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,
@@ -516,7 +523,7 @@ func (m *merger) sinkOptionsGiven() map[sinkOption]string {
 	for opt, flags := range map[sinkOption][]string{
 		optSource:     {"source"},
 		optRoute:      {"route", "route-rule"},
-		optWebhook:    {"webhook-secret", "sink-concurrency", "webhook-deny-private", "webhook-allow-network"},
+		optWebhook:    {"webhook-secret", "sink-concurrency", "webhook-batch", "webhook-deny-private", "webhook-allow-network"},
 		optWebhookTLS: {"webhook-ca", "webhook-cert", "webhook-key"},
 	} {
 		for _, f := range flags {

@@ -35,7 +35,7 @@ type sinkOption string
 const (
 	optSource     sinkOption = "source"      // --source: the CloudEvents source attribute
 	optRoute      sinkOption = "route"       // --route, --route-rule: the destination of each event
-	optWebhook    sinkOption = "webhook"     // --webhook-secret, --sink-concurrency, --webhook-deny-private, --webhook-allow-network
+	optWebhook    sinkOption = "webhook"     // --webhook-secret, --sink-concurrency, --webhook-batch, --webhook-deny-private, --webhook-allow-network
 	optWebhookTLS sinkOption = "webhook-tls" // --webhook-ca, --webhook-cert, --webhook-key
 )
 
@@ -44,6 +44,7 @@ type sinkOptions struct {
 	Timeout       time.Duration // the relay's sink timeout: bound on one publish
 	WebhookSecret string
 	Concurrency   int
+	WebhookBatch  int           // events per request (webhooksink.Config.Batch); 0 or 1 for one
 	Source        string        // empty: the URL's source option, else the sink's default
 	Router        *route.Router // nil: the URL's route option, else route.Default
 	Stdout        io.Writer
@@ -270,6 +271,7 @@ func openWebhookSink(_ context.Context, raw string, o sinkOptions) (outbox.Sink,
 		Source:              o.Source,
 		Timeout:             o.Timeout,
 		Concurrency:         o.Concurrency,
+		Batch:               o.WebhookBatch,
 		TLS:                 tlsCfg,
 		DenyPrivateNetworks: o.WebhookDenyPrivate,
 		AllowNetworks:       allow,
@@ -307,7 +309,7 @@ func (o sinkOptions) webhookTLS() (*tls.Config, error) {
 // sinkFlagNames maps sink Config fields to the relay flags that set them.
 var sinkFlagNames = map[string]string{
 	"URL": "--sink", "Servers": "--sink", "Brokers": "--sink", "Secret": "--webhook-secret", "Source": "--source",
-	"Concurrency": "--sink-concurrency", "Timeout": "--sink-timeout",
+	"Concurrency": "--sink-concurrency", "Timeout": "--sink-timeout", "Batch": "--webhook-batch",
 	"DenyPrivateNetworks": "--webhook-deny-private", "AllowNetworks": "--webhook-allow-network",
 }
 
