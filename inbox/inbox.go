@@ -102,9 +102,9 @@ func (c Config) WithDefaults() Config {
 // use.
 type Inbox struct {
 	cfg       Config
-	pgInsert  pgdriver.InboxInsert       // DialectPostgres
-	sqlInsert sqldriver.InboxInserter    // SQLite, MySQL, MariaDB
-	sqlDial   sqldriver.Dialect          // for transient errors
+	pgInsert  pgdriver.InboxInsert    // DialectPostgres
+	sqlInsert sqldriver.InboxInserter // SQLite, MySQL, MariaDB
+	sqlDial   sqldriver.Dialect       // for transient errors
 	receivers []HookReceive
 }
 
