@@ -1,0 +1,353 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
+)
+
+const receiveSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// inboxSchema is a schema of the test's own with the inbox migrated by the
+// binary.
+func inboxSchema(t *testing.T) string {
+	t.Helper()
+	schema := testutil.EmptySchemaName(t)
+	res := outboxCmd(t, schema, "migrate", "--inbox")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "applied inbox migration 001_create_inbox_messages")
+	require.Equal(t, "inbox is up to date at version 1\n", outboxCmd(t, schema, "migrate", "--inbox").stdout)
+	return schema
+}
+
+func inboxCount(t *testing.T, schema, where string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, testutil.Pool(t).QueryRow(context.Background(),
+		`SELECT count(*) FROM `+pgx.Identifier{schema, "inbox_messages"}.Sanitize()+` `+where, args...).Scan(&n))
+	return n
+}
+
+// startReceiver starts outbox receive and returns it with its URL.
+func startReceiver(t *testing.T, dbURL, schema, addr string, extra ...string) (*process, string) {
+	t.Helper()
+	args := append([]string{"--database-url", dbURL, "--schema", schema, "--log-format", "json",
+		"receive", "--addr", addr, "--webhook-secret", receiveSecret}, extra...)
+	p := start(t, nil, args...)
+	return p, obsLogValue(t, p, "receiving webhooks", "url")
+}
+
+// signedRequest is a request as the webhook sink sends it, signed at ts.
+func signedRequest(t *testing.T, target, id string, ts time.Time, body []byte) *http.Request {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(receiveSecret, "whsec_"))
+	require.NoError(t, err)
+	unix := strconv.FormatInt(ts.Unix(), 10)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + unix + "."))
+	mac.Write(body)
+	req, err := http.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", unix)
+	req.Header.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("ce-id", id)
+	req.Header.Set("ce-source", "/cli-test")
+	req.Header.Set("ce-type", "order.created")
+	return req
+}
+
+func send(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func TestReceiveStoresEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	schema := inboxSchema(t)
+	p, base := startReceiver(t, testutil.DatabaseURL(), schema, "127.0.0.1:0", "--consumer", "billing",
+		"--metrics-addr", "127.0.0.1:0", "--max-body-bytes", "4096")
+	metricsAddr := obsLogValue(t, p, "serving metrics", "addr")
+	body := []byte(`{"order_id":"o-1"}`)
+
+	// The same message five times: stored once, every answer 200.
+	for i := range 5 {
+		code, text := send(t, signedRequest(t, base+"hooks/orders", "41", time.Now(), body))
+		require.Equal(t, http.StatusOK, code, text)
+		require.Contains(t, text, map[bool]string{true: "stored", false: "duplicate"}[i == 0])
+	}
+	require.Equal(t, 1, inboxCount(t, schema, `WHERE consumer = 'billing' AND source = '/cli-test' AND message_id = '41' AND processed_at IS NULL AND payload->>'order_id' = 'o-1' AND event_type = 'order.created'`))
+
+	// Refused requests store nothing.
+	bad := signedRequest(t, base, "42", time.Now(), body)
+	bad.Header.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString([]byte("not the signature, 32 bytes long")))
+	code, text := send(t, bad)
+	require.Equal(t, http.StatusUnauthorized, code, text)
+	unsigned := signedRequest(t, base, "42", time.Now(), body)
+	unsigned.Header.Del("webhook-signature")
+	code, _ = send(t, unsigned)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, text = send(t, signedRequest(t, base, "42", time.Now().Add(-10*time.Minute), body))
+	require.Equal(t, http.StatusUnauthorized, code, "a replayed old request")
+	require.Contains(t, text, "tolerance")
+	big := append(append([]byte(`{"pad":"`), bytes.Repeat([]byte("x"), 5000)...), '"', '}')
+	code, _ = send(t, signedRequest(t, base, "42", time.Now(), big))
+	require.Equal(t, http.StatusRequestEntityTooLarge, code)
+	require.Zero(t, inboxCount(t, schema, `WHERE message_id = '42'`))
+
+	// Metrics count what was received.
+	testutil.WaitFor(t, 10*time.Second, "inbox metrics", func() bool {
+		_, m := obsGet(t, "http://"+metricsAddr+"/metrics")
+		return obsHasSeries(m, `outbox_inbox_received_total{consumer="billing",schema="`+schema+`"}`, "1") &&
+			obsHasSeries(m, `outbox_inbox_duplicates_total{consumer="billing",schema="`+schema+`"}`, "4") &&
+			obsHasSeries(m, `outbox_inbox_unprocessed{consumer="billing",schema="`+schema+`"}`, "1")
+	})
+	code, _ = obsGet(t, "http://"+metricsAddr+"/readyz")
+	require.Equal(t, http.StatusOK, code)
+
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM))
+	require.Contains(t, p.stderr.String(), "receiver stopped")
+	require.NotContains(t, p.stderr.String(), strings.TrimPrefix(receiveSecret, "whsec_"))
+}
+
+// Two receiver processes get the same messages at the same time, each
+// message five times in all: each is stored once, and exactly one answer
+// per message says "stored".
+func TestReceiveTwoProcessesStoreOnce(t *testing.T) {
+	t.Parallel()
+	schema := inboxSchema(t)
+	_, a := startReceiver(t, testutil.DatabaseURL(), schema, "127.0.0.1:0")
+	_, b := startReceiver(t, testutil.DatabaseURL(), schema, "127.0.0.1:0")
+	const messages, deliveries = 30, 5
+	var (
+		wg     sync.WaitGroup
+		stored atomic.Int64
+	)
+	for d := range deliveries {
+		target := []string{a, b}[d%2]
+		wg.Go(func() {
+			for n := range messages {
+				req := signedRequest(t, target, fmt.Sprint(n), time.Now(), []byte(`{}`))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				text, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("message %d: %d %s", n, resp.StatusCode, text)
+				}
+				if strings.Contains(string(text), `"stored"`) {
+					stored.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(messages), stored.Load())
+	require.Equal(t, messages, inboxCount(t, schema, ""))
+}
+
+// The database goes away: requests get 503 and store nothing; once it is
+// back the sender's retry is stored.
+func TestReceiveDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	schema := inboxSchema(t)
+	u, err := url.Parse(testutil.DatabaseURL())
+	require.NoError(t, err)
+	proxy := tcpproxy.Start(t, u.Host)
+	u.Host = proxy.Addr()
+	p, base := startReceiver(t, u.String(), schema, "127.0.0.1:0")
+	code, _ := send(t, signedRequest(t, base, "1", time.Now(), []byte(`{}`)))
+	require.Equal(t, http.StatusOK, code)
+
+	proxy.Refuse()
+	proxy.Cut()
+	code, text := send(t, signedRequest(t, base, "2", time.Now(), []byte(`{}`)))
+	require.Equal(t, http.StatusServiceUnavailable, code, text)
+	require.Equal(t, 1, inboxCount(t, schema, ""), "nothing stored during the outage")
+	require.False(t, p.exited(), "the receiver outlives the outage")
+
+	proxy.Allow()
+	testutil.WaitFor(t, 20*time.Second, "the retry to be stored", func() bool {
+		code, _ := send(t, signedRequest(t, base, "2", time.Now(), []byte(`{}`)))
+		return code == http.StatusOK
+	})
+	require.Equal(t, 2, inboxCount(t, schema, ""))
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM))
+}
+
+func TestReceiveUsageErrors(t *testing.T) {
+	t.Parallel()
+	schema := testutil.EmptySchemaName(t)
+	requireFail(t, outboxCmd(t, schema, "receive", "--addr", ":0"), 2, "refusing to receive unsigned webhooks on every interface", "--webhook-secret")
+	requireFail(t, outboxCmd(t, schema, "receive", "--addr", "nope"), 2, "invalid --addr")
+	requireFail(t, outboxCmd(t, schema, "receive", "--webhook-secret", "whsec_!!!"), 2, "invalid --webhook-secret")
+	requireFail(t, outboxCmd(t, schema, "receive", "--tls-cert", "x.pem"), 2, "--tls-cert and --tls-key go together")
+	requireFail(t, outboxCmd(t, schema, "receive", "--addr", "127.0.0.1:0"), 1, "inbox_messages", "run outbox migrate --inbox --schema "+schema)
+	requireFail(t, outboxCmd(t, schema, "inbox", "purge"), 2, "missing --older-than")
+	requireFail(t, outboxCmd(t, schema, "migrate", "--inbox", "--partition-archive", "daily"), 2, "the inbox has no archive")
+}
+
+func TestInboxPurgeCommand(t *testing.T) {
+	t.Parallel()
+	schema := inboxSchema(t)
+	ctx := context.Background()
+	tbl := pgx.Identifier{schema, "inbox_messages"}.Sanitize()
+	_, err := testutil.Pool(t).Exec(ctx, `INSERT INTO `+tbl+` (consumer, message_id, payload, received_at, processed_at) VALUES
+  ('a', '1', '{}', now() - interval '20 days', now() - interval '20 days'),
+  ('b', '2', '{}', now() - interval '20 days', now() - interval '20 days'),
+  ('a', '3', '{}', now() - interval '20 days', NULL),
+  ('a', '4', '{}', now(), now())`)
+	require.NoError(t, err)
+	res := outboxCmd(t, schema, "inbox", "purge", "--older-than", "14d", "--consumer", "a")
+	requireOK(t, res)
+	require.Equal(t, "purged 1 inbox messages of consumer a processed more than 14d ago\n", res.stdout)
+	res = outboxCmd(t, schema, "inbox", "purge", "--older-than", "14d")
+	requireOK(t, res)
+	require.Equal(t, "purged 1 inbox messages of every consumer processed more than 14d ago\n", res.stdout)
+	require.Equal(t, 2, inboxCount(t, schema, ""))
+}
+
+// freeAddr returns a loopback address nothing listens on, for a receiver
+// that must come back on the same address after a kill.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// Writer → outbox → relay → webhook sink → outbox receive → inbox, with the
+// relay and the receiver SIGKILLed during the run: the inbox ends with
+// exactly one row per committed event and none for rolled-back ones.
+func TestReceiveEndToEndWithKills(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inbox := inboxSchema(t)
+	addr := freeAddr(t)
+	db := testutil.DatabaseURL()
+	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
+		"--sink", "http://" + addr + "/outbox", "--webhook-secret", receiveSecret, "--source", "/e2e",
+		"--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--probe-interval", "100ms", "--sink-timeout", "2s"}
+	receiverArgs := []string{"--database-url", db, "--schema", inbox, "--log-format", "json",
+		"receive", "--addr", addr, "--webhook-secret", receiveSecret, "--consumer", "e2e"}
+
+	// The writer commits batches of 10 and rolls back every fourth, while
+	// the rest runs.
+	var (
+		committed  sync.Map // event ID → true
+		rolledBack atomic.Int64
+		writing    sync.WaitGroup
+	)
+	writer := outbox.NewWriter(outbox.WriterConfig{Schema: b.schema})
+	writing.Go(func() {
+		for batch := range 24 {
+			tx, err := b.pool.Begin(b.ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			msgs := make([]outbox.Message, 10)
+			for i := range msgs {
+				msgs[i] = outbox.Message{EventType: "order.created", AggregateType: "order", AggregateID: fmt.Sprint(batch), Payload: map[string]int{"n": i}}
+			}
+			res, err := writer.Write(b.ctx, tx, msgs...)
+			if err != nil {
+				t.Error(err)
+				_ = tx.Rollback(b.ctx)
+				return
+			}
+			if batch%4 == 3 {
+				require.NoError(t, tx.Rollback(b.ctx))
+				rolledBack.Add(int64(len(res.IDs)))
+			} else {
+				require.NoError(t, tx.Commit(b.ctx))
+				for _, id := range res.IDs {
+					committed.Store(strconv.FormatInt(id, 10), true)
+				}
+			}
+			time.Sleep(30 * time.Millisecond) // pace the writer over the kills, not a wait for async work
+		}
+	})
+
+	relay := start(t, nil, relayArgs...)
+	receiver := start(t, nil, receiverArgs...)
+	obsLogValue(t, receiver, "receiving webhooks", "url")
+	for round := range 3 {
+		// Let some messages through, then kill both at once.
+		seen := inboxCount(t, inbox, "")
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: more messages received", round), func() bool {
+			require.False(t, relay.exited(), "relay exited; stderr:\n%s", relay.stderr.String())
+			require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+			return inboxCount(t, inbox, "") > seen
+		})
+		require.NoError(t, relay.cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, receiver.cmd.Process.Signal(syscall.SIGKILL))
+		<-relay.done
+		<-receiver.done
+		relay = start(t, nil, relayArgs...)
+		receiver = start(t, nil, receiverArgs...)
+		obsLogValue(t, receiver, "receiving webhooks", "url")
+	}
+	writing.Wait()
+	n := 0
+	committed.Range(func(any, any) bool { n++; return true })
+	require.Equal(t, 180, n)
+	require.EqualValues(t, 60, rolledBack.Load())
+	testutil.WaitFor(t, 60*time.Second, "every committed event delivered", func() bool {
+		require.False(t, relay.exited(), "relay exited; stderr:\n%s", relay.stderr.String())
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		s := b.stats(t)
+		return s.Processed == int64(n) && s.Pending == 0 && s.Processing == 0
+	})
+	rows, err := testutil.Pool(t).Query(b.ctx, `SELECT message_id, source, consumer FROM `+pgx.Identifier{inbox, "inbox_messages"}.Sanitize())
+	require.NoError(t, err)
+	got := map[string]int{}
+	for rows.Next() {
+		var id, source, consumer string
+		require.NoError(t, rows.Scan(&id, &source, &consumer))
+		require.Equal(t, "/e2e", source)
+		require.Equal(t, "e2e", consumer)
+		got[id]++
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, got, n, "one row per committed event")
+	for id, c := range got {
+		require.Equal(t, 1, c)
+		_, ok := committed.Load(id)
+		require.True(t, ok, "message %s is not a committed event (a rolled-back one?)", id)
+	}
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+}
