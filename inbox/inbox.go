@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,9 +80,6 @@ type Config struct {
 	// Hooks observe receives: any mix of HookReceive implementations,
 	// such as outboxprom's inbox metrics.
 	Hooks []Hook
-	// Logger receives the webhook receiver's warnings. Defaults to
-	// slog.Default().
-	Logger *slog.Logger
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -91,9 +87,6 @@ func (c Config) WithDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, outbox.SchemaDefault)
 	c.Consumer = cmp.Or(c.Consumer, ConsumerDefault)
 	c.Dialect = cmp.Or(c.Dialect, outbox.DialectDefault)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	return c
 }
 

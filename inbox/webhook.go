@@ -82,6 +82,7 @@ func (c WebhookConfig) WithDefaults() WebhookConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Logger = c.Logger.With(slog.String("component", "inbox"))
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -183,7 +184,7 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.cfg.Receive(r.Context(), msg)
 	if err != nil {
-		h.cfg.Logger.Warn("inbox: webhook: message not stored; the sender will retry", "message_id", msg.ID, "error", err.Error())
+		h.cfg.Logger.Warn("webhook message not stored; the sender will retry", "message_id", msg.ID, "error", err.Error())
 		writeStatus(w, http.StatusServiceUnavailable, "error", "not stored, retry later")
 		return
 	}
@@ -267,7 +268,7 @@ func (h *WebhookHandler) message(hdr http.Header, body []byte) (Message, error) 
 }
 
 func (h *WebhookHandler) refuse(w http.ResponseWriter, r *http.Request, code int, reason string) {
-	h.cfg.Logger.Warn("inbox: webhook: request refused", "status", code, "reason", reason, "remote_addr", r.RemoteAddr)
+	h.cfg.Logger.Warn("webhook request refused", "status", code, "reason", reason, "remote_addr", r.RemoteAddr)
 	writeStatus(w, code, "refused", reason)
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -19,6 +20,8 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
 )
+
+var quiet = slog.New(slog.DiscardHandler)
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -66,7 +69,7 @@ func (r *recorded) receive(_ context.Context, m inbox.Message) (inbox.Result, er
 func TestWebhookHandler(t *testing.T) {
 	t.Parallel()
 	rec := &recorded{}
-	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Receive: rec.receive, Secret: testSecret, MaxBodyBytes: 64})
+	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Receive: rec.receive, Secret: testSecret, MaxBodyBytes: 64, Logger: quiet})
 	require.NoError(t, err)
 	body := []byte(`{"order_id":"o-1"}`)
 	post := func(hdr http.Header, body []byte) *httptest.ResponseRecorder {
@@ -142,7 +145,7 @@ func TestWebhookHandler(t *testing.T) {
 func TestWebhookHandlerUnsigned(t *testing.T) {
 	t.Parallel()
 	rec := &recorded{}
-	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Receive: rec.receive, Source: "/partner"})
+	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Receive: rec.receive, Source: "/partner", Logger: quiet})
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{}`))
 	req.Header.Set("ce-id", "a1")

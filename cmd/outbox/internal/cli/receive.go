@@ -227,7 +227,7 @@ func (a *app) receive(ctx context.Context, rf receiveFlags) error {
 		return fmt.Errorf("%w: inbox_messages in schema %q: run %s", outbox.ErrNoTable, a.schema, hint)
 	}
 
-	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind), Logger: a.logger}
+	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
 	var metrics *receiveMetrics
 	if rf.metricsAddr != "" {
 		if metrics, err = a.serveReceiveMetrics(ctx, rf, db); err != nil {
