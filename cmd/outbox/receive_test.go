@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -350,4 +351,41 @@ func TestReceiveEndToEndWithKills(t *testing.T) {
 	}
 	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+}
+
+// outbox stats shows the inbox's backlog when the schema holds one.
+func TestStatsShowsConsumerLag(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	requireOK(t, outboxCmd(t, b.schema, "migrate", "--inbox"))
+	type consumer struct {
+		Consumer    string  `json:"consumer"`
+		Unprocessed int64   `json:"unprocessed"`
+		Age         float64 `json:"oldest_unprocessed_age_seconds"`
+	}
+	consumers := func(schema string) *[]consumer {
+		res := outboxCmd(t, schema, "stats", "--json")
+		requireOK(t, res)
+		var doc struct {
+			Consumers *[]consumer `json:"consumers"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
+		return doc.Consumers
+	}
+	require.Equal(t, &[]consumer{}, consumers(b.schema))
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+pgx.Identifier{b.schema, "inbox_messages"}.Sanitize()+
+		` (consumer, message_id, payload, received_at) VALUES ('billing', '1', '{}', now() - interval '90 seconds'), ('billing', '2', '{}', now())`)
+	require.NoError(t, err)
+	got := *consumers(b.schema)
+	require.Len(t, got, 1)
+	require.Equal(t, "billing", got[0].Consumer)
+	require.Equal(t, int64(2), got[0].Unprocessed)
+	require.InDelta(t, 90, got[0].Age, 20)
+	res := outboxCmd(t, b.schema, "stats")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "inbox consumers with unprocessed messages: 1")
+	require.Regexp(t, `billing\s+2\s+1m3\d`, res.stdout)
+
+	// Without an inbox there is no consumers key.
+	require.Nil(t, consumers(setup(t).schema))
 }
