@@ -31,7 +31,9 @@ type bundle struct {
 // setup migrates the inbox into a schema of the test's own and creates an
 // effects table with no key of its own: only the inbox keeps a duplicate
 // out of it.
-func setup(t *testing.T, cfg inbox.Config) *bundle {
+func setup(t *testing.T, cfg inbox.Config) *bundle { return setupB(t, cfg) }
+
+func setupB(t testing.TB, cfg inbox.Config) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := testutil.Pool(t)
