@@ -389,3 +389,62 @@ func TestStatsShowsConsumerLag(t *testing.T) {
 	// Without an inbox there is no consumers key.
 	require.Nil(t, consumers(setup(t).schema))
 }
+
+// Writer → outbox → relay → NATS JetStream → outbox receive --from nats://
+// → inbox, with the relay and the receiver SIGKILLed during the run: one
+// inbox row per committed event, and the durable consumer ends with
+// nothing pending or unacknowledged.
+func TestReceiveFromNATSWithKills(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inboxS := inboxSchema(t)
+	js := natsStream(t)
+	db := testutil.DatabaseURL()
+	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
+		"--sink", "nats://" + natsAddr() + "?stream=" + js.stream, "--route", js.prefix + ".{event_type}",
+		"--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--sink-timeout", "2s"}
+	receiverArgs := []string{"--database-url", db, "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", "nats://" + natsAddr() + "?stream=" + js.stream, "--consumer", "billing"}
+
+	ids := b.writeN(t, 60)
+	relay := start(t, nil, relayArgs...)
+	receiver := start(t, nil, receiverArgs...)
+	obsLogValue(t, receiver, "receiving from NATS JetStream", "stream")
+	for round := range 2 {
+		seen := inboxCount(t, inboxS, "")
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: more messages received", round), func() bool {
+			require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+			return inboxCount(t, inboxS, "") > seen
+		})
+		require.NoError(t, relay.cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, receiver.cmd.Process.Signal(syscall.SIGKILL))
+		<-relay.done
+		<-receiver.done
+		ids = append(ids, b.writeN(t, 30)...)
+		relay = start(t, nil, relayArgs...)
+		receiver = start(t, nil, receiverArgs...)
+		obsLogValue(t, receiver, "receiving from NATS JetStream", "stream")
+	}
+	testutil.WaitFor(t, 60*time.Second, "every event in the inbox", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		return inboxCount(t, inboxS, "") == len(ids)
+	})
+	for _, id := range ids {
+		require.Equal(t, 1, inboxCount(t, inboxS, `WHERE consumer = 'billing' AND source = '/outbox' AND message_id = $1`, strconv.FormatInt(id, 10)), "event %d", id)
+	}
+	ctx := context.Background()
+	cons, err := js.js.Consumer(ctx, js.stream, "billing")
+	require.NoError(t, err)
+	testutil.WaitFor(t, 30*time.Second, "every message acknowledged", func() bool {
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.NumPending == 0 && info.NumAckPending == 0
+	})
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+	require.Contains(t, receiver.stderr.String(), "receiver stopped")
+
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "kafka://127.0.0.1:9092"), 2, "kafka:// is not supported yet")
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()), 2, "names no stream")
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()+"?stream=S", "--addr", ":1"), 2, "--addr is for webhooks")
+}

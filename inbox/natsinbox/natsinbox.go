@@ -39,6 +39,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/sink/natssink"
 )
 
 // Defaults of Config.
@@ -177,4 +178,63 @@ func Message(h nats.Header, data []byte, source string) (inbox.Message, error) {
 		m.Payload = nil
 	}
 	return m, inbox.CheckMessage(m)
+}
+
+// Source is a JetStream consumer opened from a nats:// URL.
+type Source struct {
+	// Consumer is the durable pull consumer, created when missing with
+	// explicit acks.
+	Consumer jetstream.Consumer
+	sink     *natssink.Sink
+}
+
+// Close closes the connection.
+func (s *Source) Close() error { return s.sink.Close() }
+
+// Open connects with a nats:// URL in natssink's form (servers,
+// credentials, TLS options, stream=NAME, which is required) plus
+// consumer=NAME, the durable consumer to pull from (durable when not in
+// the URL), created when missing with explicit acks on every subject of
+// the stream. The sink-only options (route, create_stream, …) are refused.
+func Open(ctx context.Context, rawURL, durable string) (*Source, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("is not a URL: use nats://host:4222?stream=ORDERS&consumer=billing")}
+	}
+	q := u.Query()
+	if v := q.Get("consumer"); v != "" {
+		durable = v
+	}
+	for _, sinkOnly := range []string{"route", "create_stream", "stream_subjects", "duplicate_window", "source", "ack_timeout", "max_pending"} {
+		if q.Has(sinkOnly) {
+			return nil, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("option %s is for publishing: remove it", sinkOnly)}
+		}
+	}
+	q.Del("consumer")
+	u.RawQuery = q.Encode()
+	cfg, err := natssink.ConfigFromURL(u.String())
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Stream == "" {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("names no stream: add ?stream=NAME, the stream the relay publishes to")}
+	}
+	if durable == "" {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("names no consumer: add &consumer=NAME")}
+	}
+	cfg.Name = cmp.Or(cfg.Name, "outbox-natsinbox")
+	sink, err := natssink.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(sink.Conn())
+	if err == nil {
+		var cons jetstream.Consumer
+		cons, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy})
+		if err == nil {
+			return &Source{Consumer: cons, sink: sink}, nil
+		}
+	}
+	_ = sink.Close()
+	return nil, fmt.Errorf("natsinbox: consumer %s on stream %s: %w", durable, cfg.Stream, err)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/inbox/natsinbox"
 	"github.com/outboxkit/outbox/outboxmigrate"
 	"github.com/outboxkit/outbox/outboxprom"
 )
@@ -44,6 +46,7 @@ type receiveFlags struct {
 	tlsCert     string
 	tlsKey      string
 	metricsAddr string
+	from        string
 }
 
 func (a *app) receiveCommand() *cobra.Command {
@@ -77,12 +80,26 @@ on loopback only. Bodies over --max-body-bytes get 413, bodies that are not
 JSON 400; when the database fails the request gets 503 and nothing is stored,
 and the relay retries it.
 
+With --from nats://host:4222?stream=NAME it consumes that JetStream stream
+through a durable pull consumer (named by consumer= in the URL, else
+--consumer; created when missing) instead of serving webhooks, and acks each
+message only after its row committed; the URL takes natssink's connection
+options (credentials, tls_*, creds). Other brokers are not supported yet.
+
 It serves TLS with --tls-cert and --tls-key, and Prometheus metrics with
 --metrics-addr. It stops gracefully on SIGINT or SIGTERM: it stops accepting,
 lets requests in flight commit and answer, and exits 0.`,
-		Example: "  outbox migrate --inbox\n  OUTBOX_WEBHOOK_SECRET=whsec_… outbox receive --addr :8090 --consumer billing",
+		Example: "  outbox migrate --inbox\n  OUTBOX_WEBHOOK_SECRET=whsec_… outbox receive --addr :8090 --consumer billing\n  outbox receive --from 'nats://127.0.0.1:4222?stream=ORDERS' --consumer billing",
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			if rf.from != "" {
+				for _, name := range []string{"addr", "webhook-secret", "tolerance", "max-body-bytes", "source", "tls-cert", "tls-key"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s is for webhooks: with --from, outbox receive consumes the broker and serves no endpoint", name)
+					}
+				}
+				return a.receiveFrom(cmd.Context(), rf)
+			}
 			return a.receive(cmd.Context(), rf)
 		}),
 	}
@@ -95,6 +112,7 @@ lets requests in flight commit and answer, and exits 0.`,
 	f.DurationVar(&rf.tolerance, "tolerance", inbox.ToleranceDefault, "how far a signed request's webhook-timestamp may lie from now; older ones are refused as replays")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE], with natssink's URL options (the durable consumer defaults to --consumer)")
 	f.StringVar(&rf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz at this host:port, such as :9465")
 	return cmd
 }
@@ -217,14 +235,8 @@ func (a *app) receive(ctx context.Context, rf receiveFlags) error {
 		return err
 	}
 	defer func() { _ = closer.Close() }()
-	if v, err := outboxmigrate.InboxVersion(ctx, db, outboxmigrate.Config{Schema: a.schema}); err != nil {
-		return fmt.Errorf("read the inbox's version: %w", err)
-	} else if v == 0 {
-		hint := "outbox migrate --inbox"
-		if a.schema != outbox.SchemaDefault {
-			hint += " --schema " + a.schema
-		}
-		return fmt.Errorf("%w: inbox_messages in schema %q: run %s", outbox.ErrNoTable, a.schema, hint)
+	if err := a.checkInbox(ctx, db); err != nil {
+		return err
 	}
 
 	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
@@ -378,4 +390,82 @@ func (rm *receiveMetrics) stop() {
 		_ = rm.server.Close()
 	}
 	<-rm.served
+}
+
+// receiveFrom consumes a broker into the inbox until ctx ends.
+func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
+	registerURLSecrets(a.redact, rf.from)
+	scheme, _, _ := strings.Cut(rf.from, "://")
+	if strings.ToLower(scheme) != "nats" {
+		return usagef("invalid --from: %s:// is not supported yet; use nats://host:4222?stream=NAME (JetStream), or receive webhooks without --from", clip(scheme))
+	}
+	if rf.consumer == "" || len(rf.consumer) > inbox.MaxConsumerLen {
+		return usagef("invalid --consumer %q: give a name of 1 to %d bytes, such as billing", clip(rf.consumer), inbox.MaxConsumerLen)
+	}
+	if err := (&observability{metricsAddr: rf.metricsAddr}).check(a.redact, true); err != nil {
+		return err
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	if err := a.checkInbox(ctx, db); err != nil {
+		return err
+	}
+	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
+	if rf.metricsAddr != "" {
+		metrics, err := a.serveReceiveMetrics(ctx, rf, db)
+		if err != nil {
+			return err
+		}
+		defer metrics.stop()
+		cfg.Hooks = append(cfg.Hooks, metrics.m)
+	}
+	in, err := inbox.New(cfg)
+	if err != nil {
+		return err
+	}
+	store, err := storeFunc(in, closer)
+	if err != nil {
+		return err
+	}
+	src, err := natsinbox.Open(ctx, rf.from, rf.consumer)
+	if err != nil {
+		var ce *outbox.ConfigError
+		if errors.As(err, &ce) {
+			return usagef("invalid --from: %v", ce.Err)
+		}
+		return err
+	}
+	defer func() { _ = src.Close() }()
+	info := src.Consumer.CachedInfo()
+	a.logger.Info("receiving from NATS JetStream", "stream", info.Stream, "durable", info.Name, "consumer", rf.consumer, "schema", a.schema)
+	err = natsinbox.Consume(ctx, src.Consumer, natsinbox.Config{Logger: a.logger,
+		Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+			ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
+			defer cancel()
+			return store(ctx, m)
+		}})
+	if err != nil {
+		return err
+	}
+	a.logger.Info("receiver stopped")
+	return nil
+}
+
+// checkInbox fails when the schema has no inbox_messages.
+func (a *app) checkInbox(ctx context.Context, db outbox.Database) error {
+	v, err := outboxmigrate.InboxVersion(ctx, db, outboxmigrate.Config{Schema: a.schema})
+	if err != nil {
+		return fmt.Errorf("read the inbox's version: %w", err)
+	}
+	if v == 0 {
+		hint := "outbox migrate --inbox"
+		if a.schema != outbox.SchemaDefault {
+			hint += " --schema " + a.schema
+		}
+		return fmt.Errorf("%w: inbox_messages in schema %q: run %s", outbox.ErrNoTable, a.schema, hint)
+	}
+	return nil
 }
