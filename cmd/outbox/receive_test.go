@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -447,4 +448,62 @@ func TestReceiveFromNATSWithKills(t *testing.T) {
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "kafka://127.0.0.1:9092"), 2, "kafka:// is not supported yet")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()), 2, "names no stream")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()+"?stream=S", "--addr", ":1"), 2, "--addr is for webhooks")
+}
+
+// Writer → outbox → relay → Redis stream → outbox receive --from redis://
+// → inbox, with the relay and the receiver SIGKILLed during the run: one
+// inbox row per committed event, and the group ends with nothing pending.
+func TestReceiveFromRedisWithKills(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inboxS := inboxSchema(t)
+	key := "outbox-cli-inbox-" + randomName()
+	opts, err := redis.ParseURL(redisURL())
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() {
+		_ = rdb.Del(context.Background(), key).Err()
+		_ = rdb.Close()
+	})
+	db := testutil.DatabaseURL()
+	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
+		"--sink", redisURL(), "--route", key, "--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--sink-timeout", "2s"}
+	receiverArgs := []string{"--database-url", db, "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", redisURL() + "?stream=" + key, "--consumer", "billing"}
+
+	ids := b.writeN(t, 60)
+	relay := start(t, nil, relayArgs...)
+	receiver := start(t, nil, receiverArgs...)
+	obsLogValue(t, receiver, "receiving from Redis Streams", "stream")
+	for round := range 2 {
+		seen := inboxCount(t, inboxS, "")
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: more messages received", round), func() bool {
+			require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+			return inboxCount(t, inboxS, "") > seen
+		})
+		require.NoError(t, relay.cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, receiver.cmd.Process.Signal(syscall.SIGKILL))
+		<-relay.done
+		<-receiver.done
+		ids = append(ids, b.writeN(t, 30)...)
+		relay = start(t, nil, relayArgs...)
+		receiver = start(t, nil, receiverArgs...)
+		obsLogValue(t, receiver, "receiving from Redis Streams", "stream")
+	}
+	testutil.WaitFor(t, 60*time.Second, "every event in the inbox", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		return inboxCount(t, inboxS, "") == len(ids)
+	})
+	for _, id := range ids {
+		require.Equal(t, 1, inboxCount(t, inboxS, `WHERE consumer = 'billing' AND message_id = $1`, strconv.FormatInt(id, 10)), "event %d", id)
+	}
+	testutil.WaitFor(t, 30*time.Second, "every entry acknowledged", func() bool {
+		groups, err := rdb.XInfoGroups(context.Background(), key).Result()
+		require.NoError(t, err)
+		return len(groups) == 1 && groups[0].Pending == 0 && groups[0].Lag == 0
+	})
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", redisURL()), 2, "names no stream")
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", redisURL()+"?stream=k&maxlen=5"), 2, "maxlen is for publishing")
 }

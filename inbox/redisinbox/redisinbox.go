@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/sink/redissink"
 )
 
 // Defaults of Config.
@@ -235,4 +237,48 @@ func Message(values map[string]any, source string) (inbox.Message, error) {
 		m.Time = t
 	}
 	return m, inbox.CheckMessage(m)
+}
+
+// Source is a Redis connection and stream opened from a redis:// URL.
+type Source struct {
+	// Client is the connected client.
+	Client redis.UniversalClient
+	// Stream is the stream's key.
+	Stream string
+	sink   *redissink.Sink
+}
+
+// Close closes the connection.
+func (s *Source) Close() error { return s.sink.Close() }
+
+// Open connects with a redis:// or rediss:// URL in redissink's form
+// (credentials, database, tls_* options) plus stream=KEY, the stream to
+// read, which is required. The sink-only options (route, maxlen,
+// maxlen_exact, source) are refused.
+func Open(ctx context.Context, rawURL string) (*Source, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("is not a URL: use redis://host:6379/0?stream=KEY")}
+	}
+	q := u.Query()
+	stream := q.Get("stream")
+	if stream == "" {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("names no stream: add ?stream=KEY, the stream the relay appends to")}
+	}
+	for _, sinkOnly := range []string{"route", "maxlen", "maxlen_exact", "source"} {
+		if q.Has(sinkOnly) {
+			return nil, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("option %s is for publishing: remove it", sinkOnly)}
+		}
+	}
+	q.Del("stream")
+	u.RawQuery = q.Encode()
+	cfg, err := redissink.ConfigFromURL(u.String())
+	if err != nil {
+		return nil, err
+	}
+	sink, err := redissink.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Source{Client: sink.Client(), Stream: stream, sink: sink}, nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"database/sql"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/inbox/natsinbox"
+	"github.com/outboxkit/outbox/inbox/redisinbox"
 	"github.com/outboxkit/outbox/outboxmigrate"
 	"github.com/outboxkit/outbox/outboxprom"
 )
@@ -84,7 +87,12 @@ With --from nats://host:4222?stream=NAME it consumes that JetStream stream
 through a durable pull consumer (named by consumer= in the URL, else
 --consumer; created when missing) instead of serving webhooks, and acks each
 message only after its row committed; the URL takes natssink's connection
-options (credentials, tls_*, creds). Other brokers are not supported yet.
+options (credentials, tls_*, creds). With --from redis://host:6379/0?stream=KEY
+it reads that Redis stream through the consumer group --consumer (created
+from the stream's start when missing) under the host's name, acks (XACK)
+after the commit, and claims entries a receiver on another host left pending
+for a minute. Other brokers are
+not supported yet.
 
 It serves TLS with --tls-cert and --tls-key, and Prometheus metrics with
 --metrics-addr. It stops gracefully on SIGINT or SIGTERM: it stops accepting,
@@ -112,7 +120,7 @@ lets requests in flight commit and answer, and exits 0.`,
 	f.DurationVar(&rf.tolerance, "tolerance", inbox.ToleranceDefault, "how far a signed request's webhook-timestamp may lie from now; older ones are refused as replays")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
-	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE], with natssink's URL options (the durable consumer defaults to --consumer)")
+	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE] or redis://host:6379/0?stream=KEY, with the sinks' URL options (the durable consumer or the consumer group defaults to --consumer)")
 	f.StringVar(&rf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz at this host:port, such as :9465")
 	return cmd
 }
@@ -396,8 +404,9 @@ func (rm *receiveMetrics) stop() {
 func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 	registerURLSecrets(a.redact, rf.from)
 	scheme, _, _ := strings.Cut(rf.from, "://")
-	if strings.ToLower(scheme) != "nats" {
-		return usagef("invalid --from: %s:// is not supported yet; use nats://host:4222?stream=NAME (JetStream), or receive webhooks without --from", clip(scheme))
+	scheme = strings.ToLower(scheme)
+	if scheme != "nats" && scheme != "redis" && scheme != "rediss" {
+		return usagef("invalid --from: %s:// is not supported yet; use nats://host:4222?stream=NAME (JetStream) or redis://host:6379/0?stream=KEY (Redis Streams), or receive webhooks without --from", clip(scheme))
 	}
 	if rf.consumer == "" || len(rf.consumer) > inbox.MaxConsumerLen {
 		return usagef("invalid --consumer %q: give a name of 1 to %d bytes, such as billing", clip(rf.consumer), inbox.MaxConsumerLen)
@@ -430,25 +439,46 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 	if err != nil {
 		return err
 	}
-	src, err := natsinbox.Open(ctx, rf.from, rf.consumer)
-	if err != nil {
+	receive := func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+		ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
+		defer cancel()
+		return store(ctx, m)
+	}
+	fromError := func(err error) error {
 		var ce *outbox.ConfigError
 		if errors.As(err, &ce) {
 			return usagef("invalid --from: %v", ce.Err)
 		}
 		return err
 	}
-	defer func() { _ = src.Close() }()
-	info := src.Consumer.CachedInfo()
-	a.logger.Info("receiving from NATS JetStream", "stream", info.Stream, "durable", info.Name, "consumer", rf.consumer, "schema", a.schema)
-	err = natsinbox.Consume(ctx, src.Consumer, natsinbox.Config{Logger: a.logger,
-		Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
-			ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
-			defer cancel()
-			return store(ctx, m)
-		}})
-	if err != nil {
-		return err
+	if scheme == "nats" {
+		src, err := natsinbox.Open(ctx, rf.from, rf.consumer)
+		if err != nil {
+			return fromError(err)
+		}
+		defer func() { _ = src.Close() }()
+		info := src.Consumer.CachedInfo()
+		a.logger.Info("receiving from NATS JetStream", "stream", info.Stream, "durable", info.Name, "consumer", rf.consumer, "schema", a.schema)
+		err = natsinbox.Consume(ctx, src.Consumer, natsinbox.Config{Logger: a.logger, Receive: receive})
+		if err != nil {
+			return err
+		}
+	} else {
+		src, err := redisinbox.Open(ctx, rf.from)
+		if err != nil {
+			return fromError(err)
+		}
+		defer func() { _ = src.Close() }()
+		a.logger.Info("receiving from Redis Streams", "stream", src.Stream, "group", rf.consumer, "consumer", rf.consumer, "schema", a.schema)
+		// The host name, the same after a restart: a receiver that was
+		// killed reads its own pending entries again at once. Two receivers
+		// on one host share the name, which the inbox makes safe.
+		name, _ := os.Hostname()
+		err = redisinbox.Consume(ctx, redisinbox.Config{Client: src.Client, Stream: src.Stream, Group: rf.consumer,
+			Name: cmp.Or(name, "outbox-receive"), Logger: a.logger, Receive: receive})
+		if err != nil {
+			return err
+		}
 	}
 	a.logger.Info("receiver stopped")
 	return nil
