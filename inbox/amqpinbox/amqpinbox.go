@@ -1,0 +1,160 @@
+// Package amqpinbox consumes a RabbitMQ (AMQP 0-9-1) queue into an inbox
+// with manual acknowledgements: each delivery is handed to a receive
+// function (an inbox.Inbox's Handle or Store) and acknowledged only after
+// that function returned, that is after the inbox transaction committed.
+//
+//	ch, _ := conn.Channel()
+//	in, _ := inbox.New(inbox.Config{Consumer: "billing"})
+//	err := amqpinbox.Consume(ctx, ch, "billing.orders", amqpinbox.Config{
+//		Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+//			return in.Handle(ctx, pool, m, apply)
+//		},
+//	})
+//
+// A delivery whose transaction failed is negatively acknowledged and
+// requeued after Config.RetryDelay; one that can never be stored (no ID,
+// a body that is not JSON) is rejected without requeue, which sends it to
+// the queue's dead-letter exchange when it has one. Deliveries not yet
+// acknowledged when the channel closes (the consumer died) are requeued
+// by the broker, and the inbox finds the ones already stored. The message's
+// key is what amqpsink sets: the cloudEvents_id (or cloudEvents:id) header,
+// else the message-id property, and cloudEvents_source; the other
+// cloudEvents_ headers become Message.Headers, type the event type, time
+// the event time and the body the payload.
+package amqpinbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/inbox"
+)
+
+// Defaults of Config.
+const (
+	PrefetchDefault   = 100
+	RetryDelayDefault = time.Second
+)
+
+// Config configures Consume.
+type Config struct {
+	// Receive stores one message and returns once it is committed.
+	// Required.
+	Receive func(ctx context.Context, msg inbox.Message) (inbox.Result, error)
+	// Source is Message.Source for deliveries without a source header.
+	// Defaults to "amqp:" and the queue's name.
+	Source string
+	// Prefetch is the most unacknowledged deliveries at once (basic.qos).
+	// Defaults to PrefetchDefault.
+	Prefetch int
+	// RetryDelay is the pause before a delivery whose receive failed is
+	// requeued. Defaults to RetryDelayDefault.
+	RetryDelay time.Duration
+	// Logger receives a warning for each delivery that failed. Defaults
+	// to slog.Default().
+	Logger *slog.Logger
+}
+
+// Consume consumes queue on ch with manual acknowledgements and receives
+// each delivery until ctx ends, then returns nil. It returns an error when
+// the channel closes under it (the connection was lost): open a new
+// channel and call it again; the broker requeued what was not
+// acknowledged.
+func Consume(ctx context.Context, ch *amqp.Channel, queue string, cfg Config) error {
+	if cfg.Receive == nil {
+		return &outbox.ConfigError{Field: "Receive", Err: errors.New("is nil: pass the function that stores a message, such as an Inbox's Handle")}
+	}
+	cfg.Source = cmp.Or(cfg.Source, "amqp:"+queue)
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, PrefetchDefault)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, RetryDelayDefault)
+	log := cmp.Or(cfg.Logger, slog.Default()).With(slog.String("component", "amqpinbox"))
+	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("amqpinbox: set prefetch: %w", err)
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqpinbox: consume %s: %w", queue, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("amqpinbox: the channel consuming %s closed; its unacknowledged deliveries are requeued", queue)
+			}
+			receive(ctx, d, cfg, log)
+		}
+	}
+}
+
+// receive stores d and settles it with the broker.
+func receive(ctx context.Context, d amqp.Delivery, cfg Config, log *slog.Logger) {
+	m, err := Message(d, cfg.Source)
+	if err == nil {
+		// Not cancelled by a stop: a commit is not cut half way, and the
+		// ack follows it.
+		_, err = cfg.Receive(context.WithoutCancel(ctx), m)
+	}
+	if err == nil {
+		if err := d.Ack(false); err != nil {
+			log.Warn("ack failed; the redelivery will be a duplicate", "message_id", m.ID, "error", err.Error())
+		}
+		return
+	}
+	var me *inbox.MessageError
+	if errors.As(err, &me) {
+		log.Warn("delivery cannot be stored; rejected", "message_id", d.MessageId, "error", err.Error())
+		_ = d.Reject(false)
+		return
+	}
+	log.Warn("delivery not stored; requeued", "message_id", m.ID, "error", err.Error())
+	select {
+	case <-ctx.Done():
+	case <-time.After(cfg.RetryDelay):
+	}
+	_ = d.Nack(false, true)
+}
+
+// Message reads an inbox message from a delivery as amqpsink publishes it.
+// source is used when there is no source header.
+func Message(d amqp.Delivery, source string) (inbox.Message, error) {
+	m := inbox.Message{Headers: make(map[string]string, len(d.Headers)), Payload: d.Body}
+	for k, v := range d.Headers {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		attr, found := strings.CutPrefix(k, "cloudEvents_")
+		if !found {
+			attr, found = strings.CutPrefix(k, "cloudEvents:")
+		}
+		switch {
+		case found && attr != "":
+			m.Headers[attr] = s
+		case k == outbox.HeaderTraceParent || k == outbox.HeaderTraceState:
+			m.Headers[k] = s
+		}
+	}
+	m.ID = cmp.Or(m.Headers["id"], d.MessageId)
+	m.Source = cmp.Or(m.Headers["source"], source)
+	m.EventType = cmp.Or(m.Headers["type"], d.Type)
+	if t, err := time.Parse(time.RFC3339Nano, m.Headers["time"]); err == nil {
+		m.Time = t
+	}
+	if len(d.Body) == 0 {
+		m.Payload = nil
+	}
+	return m, inbox.CheckMessage(m)
+}
