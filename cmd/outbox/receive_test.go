@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -506,4 +507,77 @@ func TestReceiveFromRedisWithKills(t *testing.T) {
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", redisURL()), 2, "names no stream")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", redisURL()+"?stream=k&maxlen=5"), 2, "maxlen is for publishing")
+}
+
+// Writer → outbox → relay → RabbitMQ queue → outbox receive --from amqp://
+// → inbox, with the relay and the receiver SIGKILLed during the run: one
+// inbox row per committed event, and the queue ends empty.
+func TestReceiveFromRabbitMQWithKills(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inboxS := inboxSchema(t)
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err, "RabbitMQ is not reachable at TEST_AMQP_URL: start it with rabbitmq-server -detached")
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	exchange, queue := "outbox-cli-inbox-"+randomName(), "outbox-cli-inbox-"+randomName()
+	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", false, false, false, false, nil))
+	t.Cleanup(func() { _ = ch.ExchangeDelete(exchange, false, false) })
+	_, err = ch.QueueDeclare(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = ch.QueueDelete(queue, false, false, false) })
+	require.NoError(t, ch.QueueBind(queue, "#", exchange, false, nil))
+
+	sinkURL, err := url.Parse(amqpURL())
+	require.NoError(t, err)
+	sq := sinkURL.Query()
+	sq.Set("exchange", exchange)
+	sinkURL.RawQuery = sq.Encode()
+	fromURL, err := url.Parse(amqpURL())
+	require.NoError(t, err)
+	fq := fromURL.Query()
+	fq.Set("queue", queue)
+	fromURL.RawQuery = fq.Encode()
+
+	db := testutil.DatabaseURL()
+	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
+		"--sink", sinkURL.String(), "--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--sink-timeout", "2s"}
+	receiverArgs := []string{"--database-url", db, "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", fromURL.String(), "--consumer", "billing"}
+
+	ids := b.writeN(t, 60)
+	relay := start(t, nil, relayArgs...)
+	receiver := start(t, nil, receiverArgs...)
+	obsLogValue(t, receiver, "receiving from RabbitMQ", "queue")
+	for round := range 2 {
+		seen := inboxCount(t, inboxS, "")
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: more messages received", round), func() bool {
+			require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+			return inboxCount(t, inboxS, "") > seen
+		})
+		require.NoError(t, relay.cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, receiver.cmd.Process.Signal(syscall.SIGKILL))
+		<-relay.done
+		<-receiver.done
+		ids = append(ids, b.writeN(t, 30)...)
+		relay = start(t, nil, relayArgs...)
+		receiver = start(t, nil, receiverArgs...)
+		obsLogValue(t, receiver, "receiving from RabbitMQ", "queue")
+	}
+	testutil.WaitFor(t, 60*time.Second, "every event in the inbox", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		return inboxCount(t, inboxS, "") == len(ids)
+	})
+	for _, id := range ids {
+		require.Equal(t, 1, inboxCount(t, inboxS, `WHERE consumer = 'billing' AND message_id = $1`, strconv.FormatInt(id, 10)), "event %d", id)
+	}
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+	// Every delivery was acknowledged: nothing is left once the receiver's
+	// connection closed.
+	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	require.Zero(t, q.Messages)
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", amqpURL()), 2, "names no queue")
 }

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/sink/amqpsink"
 )
 
 // Defaults of Config.
@@ -157,4 +159,57 @@ func Message(d amqp.Delivery, source string) (inbox.Message, error) {
 		m.Payload = nil
 	}
 	return m, inbox.CheckMessage(m)
+}
+
+// Source is a broker connection and queue opened from an amqp:// URL.
+type Source struct {
+	// Conn is the connection; open a channel on it for Consume.
+	Conn *amqp.Connection
+	// Queue is the queue to consume.
+	Queue string
+}
+
+// Close closes the connection.
+func (s *Source) Close() error { return s.Conn.Close() }
+
+// Open connects with an amqp:// or amqps:// URL in amqpsink's form
+// (credentials, vhost, TLS and connection options) plus queue=NAME, the
+// queue to consume, which must exist. The publishing options (exchange,
+// route, source, …) are refused.
+func Open(ctx context.Context, rawURL string) (*Source, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("is not a URL: use amqp://user:pass@host:5672/?queue=NAME")}
+	}
+	q := u.Query()
+	queue := q.Get("queue")
+	if queue == "" {
+		return nil, &outbox.ConfigError{Field: "URL", Err: errors.New("names no queue: add ?queue=NAME, a queue bound to the relay's exchange")}
+	}
+	for _, sinkOnly := range []string{"exchange", "exchange_type", "declare_exchange", "route", "source", "property_prefix", "unroutable"} {
+		if q.Has(sinkOnly) {
+			return nil, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("option %s is for publishing: remove it", sinkOnly)}
+		}
+	}
+	q.Del("queue")
+	u.RawQuery = q.Encode()
+	cfg, err := amqpsink.ConfigFromURL(u.String())
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnectionName = cmp.Or(cfg.ConnectionName, "outbox-amqpinbox")
+	conn, err := amqpsink.Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		_ = ch.Close()
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("amqpinbox: queue %s: %w (declare it and bind it to the relay's exchange)", queue, err)
+	}
+	return &Source{Conn: conn, Queue: queue}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
@@ -22,6 +23,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/inbox/amqpinbox"
 	"github.com/outboxkit/outbox/inbox/natsinbox"
 	"github.com/outboxkit/outbox/inbox/redisinbox"
 	"github.com/outboxkit/outbox/outboxmigrate"
@@ -120,7 +122,7 @@ lets requests in flight commit and answer, and exits 0.`,
 	f.DurationVar(&rf.tolerance, "tolerance", inbox.ToleranceDefault, "how far a signed request's webhook-timestamp may lie from now; older ones are refused as replays")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
-	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE] or redis://host:6379/0?stream=KEY, with the sinks' URL options (the durable consumer or the consumer group defaults to --consumer)")
+	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE], redis://host:6379/0?stream=KEY or amqp://host:5672/?queue=NAME, with the sinks' URL options (the durable consumer or the consumer group defaults to --consumer)")
 	f.StringVar(&rf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz at this host:port, such as :9465")
 	return cmd
 }
@@ -405,8 +407,10 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 	registerURLSecrets(a.redact, rf.from)
 	scheme, _, _ := strings.Cut(rf.from, "://")
 	scheme = strings.ToLower(scheme)
-	if scheme != "nats" && scheme != "redis" && scheme != "rediss" {
-		return usagef("invalid --from: %s:// is not supported yet; use nats://host:4222?stream=NAME (JetStream) or redis://host:6379/0?stream=KEY (Redis Streams), or receive webhooks without --from", clip(scheme))
+	switch scheme {
+	case "nats", "redis", "rediss", "amqp", "amqps":
+	default:
+		return usagef("invalid --from: %s:// is not supported yet; use nats://host:4222?stream=NAME (JetStream), redis://host:6379/0?stream=KEY (Redis Streams) or amqp://host:5672/?queue=NAME (RabbitMQ), or receive webhooks without --from", clip(scheme))
 	}
 	if rf.consumer == "" || len(rf.consumer) > inbox.MaxConsumerLen {
 		return usagef("invalid --consumer %q: give a name of 1 to %d bytes, such as billing", clip(rf.consumer), inbox.MaxConsumerLen)
@@ -463,6 +467,10 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		if err != nil {
 			return err
 		}
+	} else if scheme == "amqp" || scheme == "amqps" {
+		if err := a.receiveAMQP(ctx, rf, receive, fromError); err != nil {
+			return err
+		}
 	} else {
 		src, err := redisinbox.Open(ctx, rf.from)
 		if err != nil {
@@ -498,4 +506,36 @@ func (a *app) checkInbox(ctx context.Context, db outbox.Database) error {
 		return fmt.Errorf("%w: inbox_messages in schema %q: run %s", outbox.ErrNoTable, a.schema, hint)
 	}
 	return nil
+}
+
+// receiveAMQP consumes the queue --from names, reconnecting after a lost
+// connection: the broker requeued what was not acknowledged.
+func (a *app) receiveAMQP(ctx context.Context, rf receiveFlags, receive func(context.Context, inbox.Message) (inbox.Result, error), fromError func(error) error) error {
+	for first := true; ; first = false {
+		src, err := amqpinbox.Open(ctx, rf.from)
+		if err != nil {
+			if first || ctx.Err() != nil {
+				return fromError(err)
+			}
+			a.logger.Warn("reconnecting to RabbitMQ failed; trying again", "error", err.Error())
+		} else {
+			if first {
+				a.logger.Info("receiving from RabbitMQ", "queue", src.Queue, "consumer", rf.consumer, "schema", a.schema)
+			}
+			var ch *amqp.Channel
+			if ch, err = src.Conn.Channel(); err == nil {
+				err = amqpinbox.Consume(ctx, ch, src.Queue, amqpinbox.Config{Logger: a.logger, Receive: receive})
+			}
+			_ = src.Close()
+			if err == nil {
+				return nil // ctx ended
+			}
+			a.logger.Warn("RabbitMQ connection lost; reconnecting", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }
