@@ -446,7 +446,7 @@ func TestReceiveFromNATSWithKills(t *testing.T) {
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 	require.Contains(t, receiver.stderr.String(), "receiver stopped")
 
-	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "kafka://127.0.0.1:9092"), 2, "kafka:// is not supported yet")
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "mqtt://127.0.0.1:1883"), 2, "mqtt:// is not supported yet")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()), 2, "names no stream")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()+"?stream=S", "--addr", ":1"), 2, "--addr is for webhooks")
 }
@@ -580,4 +580,53 @@ func TestReceiveFromRabbitMQWithKills(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, q.Messages)
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", amqpURL()), 2, "names no queue")
+}
+
+// Writer → outbox → relay → Kafka (kfake, in this process) → outbox
+// receive --from kafka:// → inbox, with the relay and the receiver
+// SIGKILLed during the run: one inbox row per committed event.
+func TestReceiveFromKafkaWithKills(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inboxS := inboxSchema(t)
+	topic := "outbox-cli-inbox-" + randomName()
+	brokers, query := kafkaCluster(t, topic)
+	db := testutil.DatabaseURL()
+	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
+		"--sink", "kafka://" + strings.Join(brokers, ",") + query, "--route", topic,
+		"--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--sink-timeout", "2s"}
+	receiverArgs := []string{"--database-url", db, "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", "kafka://" + strings.Join(brokers, ",") + "?topic=" + topic, "--consumer", "billing"}
+
+	ids := b.writeN(t, 60)
+	relay := start(t, nil, relayArgs...)
+	receiver := start(t, nil, receiverArgs...)
+	obsLogValue(t, receiver, "receiving from Kafka", "topics")
+	// One round: a killed member holds its partitions until the group's
+	// session timeout (45s) passes.
+	for round := range 1 {
+		seen := inboxCount(t, inboxS, "")
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("round %d: more messages received", round), func() bool {
+			require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+			return inboxCount(t, inboxS, "") > seen
+		})
+		require.NoError(t, relay.cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, receiver.cmd.Process.Signal(syscall.SIGKILL))
+		<-relay.done
+		<-receiver.done
+		ids = append(ids, b.writeN(t, 30)...)
+		relay = start(t, nil, relayArgs...)
+		receiver = start(t, nil, receiverArgs...)
+		obsLogValue(t, receiver, "receiving from Kafka", "topics")
+	}
+	testutil.WaitFor(t, 90*time.Second, "every event in the inbox", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		return inboxCount(t, inboxS, "") == len(ids)
+	})
+	for _, id := range ids {
+		require.Equal(t, 1, inboxCount(t, inboxS, `WHERE consumer = 'billing' AND message_id = $1`, strconv.FormatInt(id, 10)), "event %d", id)
+	}
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "kafka://"+strings.Join(brokers, ",")), 2, "names no topic")
 }

@@ -28,6 +28,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/sink/kafkasink"
 )
 
 // Defaults of Config.
@@ -179,4 +181,53 @@ func Message(r *kgo.Record, source string) (inbox.Message, error) {
 		m.Payload = nil
 	}
 	return m, inbox.CheckMessage(m)
+}
+
+// Open returns a client for consuming with Consume from a kafka:// URL in
+// kafkasink's form (brokers, SASL, TLS and connection options) plus
+// topic=NAME (required, several separated by commas) and group=NAME (the
+// consumer group, else group), after checking that a broker answers. The
+// publishing options (route, source, compression, …) are refused.
+func Open(ctx context.Context, rawURL, group string) (*kgo.Client, []string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, &outbox.ConfigError{Field: "URL", Err: errors.New("is not a URL: use kafka://host:9092?topic=NAME")}
+	}
+	q := u.Query()
+	topics := strings.Split(q.Get("topic"), ",")
+	if q.Get("topic") == "" {
+		return nil, nil, &outbox.ConfigError{Field: "URL", Err: errors.New("names no topic: add ?topic=NAME, the topic the relay produces to")}
+	}
+	group = cmp.Or(q.Get("group"), group)
+	if group == "" {
+		return nil, nil, &outbox.ConfigError{Field: "URL", Err: errors.New("names no consumer group: add &group=NAME")}
+	}
+	for _, sinkOnly := range []string{"route", "source", "compression", "max_record_bytes", "auto_create_topics", "delivery_timeout"} {
+		if q.Has(sinkOnly) {
+			return nil, nil, &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("option %s is for publishing: remove it", sinkOnly)}
+		}
+	}
+	q.Del("topic")
+	q.Del("group")
+	u.RawQuery = q.Encode()
+	cfg, err := kafkasink.ConfigFromURL(u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.ClientID = cmp.Or(cfg.ClientID, "outbox-kafkainbox")
+	opts, err := kafkasink.ConnectOptions(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, Options(group, topics...)...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafkainbox: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, cmp.Or(cfg.ConnectTimeout, kafkasink.ConnectTimeoutDefault))
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		cl.Close()
+		return nil, nil, fmt.Errorf("kafkainbox: no broker of %s answered: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	return cl, topics, nil
 }
