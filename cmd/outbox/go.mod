@@ -63,6 +63,7 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/outboxkit/outbox/inbox/amqpinbox v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/inbox/kafkainbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/inbox/mqttinbox v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/inbox/natsinbox v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/inbox/redisinbox v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -446,7 +447,7 @@ func TestReceiveFromNATSWithKills(t *testing.T) {
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 	require.Contains(t, receiver.stderr.String(), "receiver stopped")
 
-	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "mqtt://127.0.0.1:1883"), 2, "mqtt:// is not supported yet")
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "ftp://127.0.0.1:21"), 2, "ftp:// is not supported")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()), 2, "names no stream")
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "nats://"+natsAddr()+"?stream=S", "--addr", ":1"), 2, "--addr is for webhooks")
 }
@@ -629,4 +630,62 @@ func TestReceiveFromKafkaWithKills(t *testing.T) {
 	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", "kafka://"+strings.Join(brokers, ",")), 2, "names no topic")
+}
+
+// Writer → outbox → relay → MQTT (QoS 1) → outbox receive --from mqtt://
+// → inbox, with the relay and the receiver SIGKILLed during the run: the
+// receiver's persistent session keeps what arrives while it is down, and
+// the inbox ends with one row per committed event.
+func TestReceiveFromMQTTWithKills(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inboxS := inboxSchema(t)
+	topic := "outbox-cli-inbox/" + randomName()
+	mqttBroker := envOr("TEST_MQTT_URL", "mqtt://127.0.0.1:1883")
+	db := testutil.DatabaseURL()
+	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
+		"--sink", mqttBroker, "--route", topic, "--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--sink-timeout", "2s"}
+	clientID := "outbox-cli-" + randomName()
+	receiverArgs := []string{"--database-url", db, "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", mqttBroker + "?topic=" + url.QueryEscape(topic) + "&client_id=" + clientID, "--consumer", "billing"}
+	t.Cleanup(func() {
+		// End the receiver's persistent session at the broker.
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + strings.TrimPrefix(mqttBroker, "mqtt://")).
+			SetClientID(clientID).SetCleanSession(true))
+		if tok := c.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+			c.Disconnect(0)
+		}
+	})
+
+	// The subscription exists before anything is published: MQTT keeps
+	// messages only for sessions subscribed when they arrive.
+	receiver := start(t, nil, receiverArgs...)
+	obsLogValue(t, receiver, "receiving from MQTT", "topic")
+	ids := b.writeN(t, 60)
+	relay := start(t, nil, relayArgs...)
+	for round := range 2 {
+		seen := inboxCount(t, inboxS, "")
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: more messages received", round), func() bool {
+			require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+			return inboxCount(t, inboxS, "") > seen
+		})
+		require.NoError(t, relay.cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, receiver.cmd.Process.Signal(syscall.SIGKILL))
+		<-relay.done
+		<-receiver.done
+		ids = append(ids, b.writeN(t, 30)...)
+		relay = start(t, nil, relayArgs...)
+		receiver = start(t, nil, receiverArgs...)
+		obsLogValue(t, receiver, "receiving from MQTT", "topic")
+	}
+	testutil.WaitFor(t, 60*time.Second, "every event in the inbox", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		return inboxCount(t, inboxS, "") == len(ids)
+	})
+	for _, id := range ids {
+		require.Equal(t, 1, inboxCount(t, inboxS, `WHERE consumer = 'billing' AND message_id = $1`, strconv.FormatInt(id, 10)), "event %d", id)
+	}
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", mqttBroker), 2, "names no topic")
 }

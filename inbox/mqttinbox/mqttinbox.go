@@ -35,12 +35,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/sink/mqttsink"
 )
 
 // RetryDelayDefault is Config.RetryDelay's default.
@@ -155,4 +157,51 @@ func Message(payload []byte, source string) (inbox.Message, error) {
 		m.Time = t
 	}
 	return m, inbox.CheckMessage(m)
+}
+
+// Open connects a consumer client with an mqtt:// (tcp://, mqtts://, ssl://)
+// URL in mqttsink's form (credentials, TLS and connection options) plus
+// topic=FILTER, the topic filter to subscribe to (required), and
+// client_id=ID (else clientID): the persistent session's client ID, which
+// must stay the same across restarts. The publishing options (route,
+// source) are refused. It returns the connected client and the filter.
+func Open(ctx context.Context, rawURL, clientID string) (mqtt.Client, string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, "", &outbox.ConfigError{Field: "URL", Err: errors.New("is not a URL: use mqtt://host:1883?topic=shop/%23")}
+	}
+	q := u.Query()
+	topic := q.Get("topic")
+	if topic == "" {
+		return nil, "", &outbox.ConfigError{Field: "URL", Err: errors.New("names no topic: add ?topic=FILTER (percent-encode # as %23)")}
+	}
+	for _, sinkOnly := range []string{"route", "source"} {
+		if q.Has(sinkOnly) {
+			return nil, "", &outbox.ConfigError{Field: "URL", Err: fmt.Errorf("option %s is for publishing: remove it", sinkOnly)}
+		}
+	}
+	q.Del("topic")
+	u.RawQuery = q.Encode()
+	cfg, err := mqttsink.ConfigFromURL(u.String())
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.ClientID = cmp.Or(cfg.ClientID, clientID)
+	opts, err := mqttsink.ConsumerOptions(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	client := mqtt.NewClient(opts)
+	tok := client.Connect()
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		<-tok.Done()
+		client.Disconnect(0)
+		return nil, "", fmt.Errorf("mqttinbox: connect: gave up: %w", context.Cause(ctx))
+	}
+	if err := tok.Error(); err != nil {
+		return nil, "", fmt.Errorf("mqttinbox: connect: %w", err)
+	}
+	return client, topic, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/inbox/amqpinbox"
 	"github.com/outboxkit/outbox/inbox/kafkainbox"
+	"github.com/outboxkit/outbox/inbox/mqttinbox"
 	"github.com/outboxkit/outbox/inbox/natsinbox"
 	"github.com/outboxkit/outbox/inbox/redisinbox"
 	"github.com/outboxkit/outbox/outboxmigrate"
@@ -123,7 +124,7 @@ lets requests in flight commit and answer, and exits 0.`,
 	f.DurationVar(&rf.tolerance, "tolerance", inbox.ToleranceDefault, "how far a signed request's webhook-timestamp may lie from now; older ones are refused as replays")
 	f.StringVar(&rf.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
 	f.StringVar(&rf.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
-	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE], redis://host:6379/0?stream=KEY, amqp://host:5672/?queue=NAME or kafka://host:9092?topic=NAME, with the sinks' URL options (the durable consumer or the consumer group defaults to --consumer)")
+	f.StringVar(&rf.from, "from", "", "consume a broker instead of serving webhooks: nats://host:4222?stream=NAME[&consumer=DURABLE], redis://host:6379/0?stream=KEY, amqp://host:5672/?queue=NAME, kafka://host:9092?topic=NAME or mqtt://host:1883?topic=FILTER, with the sinks' URL options (the durable consumer or the consumer group defaults to --consumer)")
 	f.StringVar(&rf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz at this host:port, such as :9465")
 	return cmd
 }
@@ -409,9 +410,9 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 	scheme, _, _ := strings.Cut(rf.from, "://")
 	scheme = strings.ToLower(scheme)
 	switch scheme {
-	case "nats", "redis", "rediss", "amqp", "amqps", "kafka":
+	case "nats", "redis", "rediss", "amqp", "amqps", "kafka", "mqtt", "mqtts", "tcp", "ssl":
 	default:
-		return usagef("invalid --from: %s:// is not supported yet; use nats://host:4222?stream=NAME (JetStream), redis://host:6379/0?stream=KEY (Redis Streams), amqp://host:5672/?queue=NAME (RabbitMQ) or kafka://host:9092?topic=NAME, or receive webhooks without --from", clip(scheme))
+		return usagef("invalid --from: %s:// is not supported; use nats://host:4222?stream=NAME (JetStream), redis://host:6379/0?stream=KEY (Redis Streams), amqp://host:5672/?queue=NAME (RabbitMQ), kafka://host:9092?topic=NAME or mqtt://host:1883?topic=FILTER, or receive webhooks without --from", clip(scheme))
 	}
 	if rf.consumer == "" || len(rf.consumer) > inbox.MaxConsumerLen {
 		return usagef("invalid --consumer %q: give a name of 1 to %d bytes, such as billing", clip(rf.consumer), inbox.MaxConsumerLen)
@@ -465,6 +466,19 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		info := src.Consumer.CachedInfo()
 		a.logger.Info("receiving from NATS JetStream", "stream", info.Stream, "durable", info.Name, "consumer", rf.consumer, "schema", a.schema)
 		err = natsinbox.Consume(ctx, src.Consumer, natsinbox.Config{Logger: a.logger, Receive: receive})
+		if err != nil {
+			return err
+		}
+	} else if scheme == "mqtt" || scheme == "mqtts" || scheme == "tcp" || scheme == "ssl" {
+		client, topic, err := mqttinbox.Open(ctx, rf.from, "outbox-receive-"+rf.consumer)
+		if err != nil {
+			return fromError(err)
+		}
+		defer client.Disconnect(250)
+		err = mqttinbox.Consume(ctx, client, topic, mqttinbox.Config{Logger: a.logger, Receive: receive,
+			OnSubscribed: func() {
+				a.logger.Info("receiving from MQTT", "topic", topic, "consumer", rf.consumer, "schema", a.schema)
+			}})
 		if err != nil {
 			return err
 		}
