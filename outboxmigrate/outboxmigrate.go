@@ -177,3 +177,69 @@ func Latest(db outbox.Database) Migration {
 	ms := db.Driver("").Migrations()
 	return Migration(ms[len(ms)-1])
 }
+
+// The inbox's migration track: inbox_messages, for consumers (package
+// inbox), recorded in inbox_migrations apart from the outbox's own, so a
+// consumer's database gets the inbox alone and a service that both writes
+// and consumes gets both.
+
+// MigrateInbox applies the inbox migrations cfg.Schema lacks, under a lock
+// of the inbox's own, as Migrate does for the outbox's.
+// Config.PartitionArchive does not apply.
+func MigrateInbox(ctx context.Context, db outbox.Database, cfg Config) (Result, error) {
+	inb, err := inboxDriver(db, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	applied, err := inb.MigrateInbox(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("outboxmigrate: inbox: %w", err)
+	}
+	var res Result
+	for _, m := range applied {
+		res.Applied = append(res.Applied, Migration(m))
+	}
+	res.Version, err = inb.InboxSchemaVersion(ctx)
+	if err != nil {
+		return res, fmt.Errorf("outboxmigrate: read inbox version: %w", err)
+	}
+	return res, nil
+}
+
+// InboxSQL returns every inbox migration for cfg.Schema as one script in
+// the SQL of db's database, ready to vendor.
+func InboxSQL(db outbox.Database, cfg Config) string {
+	inb, err := inboxDriver(db, cfg)
+	if err != nil {
+		return "-- " + err.Error() + "\n"
+	}
+	return inb.InboxMigrationSQL()
+}
+
+// InboxVersion returns the highest inbox migration applied to cfg.Schema,
+// 0 when none.
+func InboxVersion(ctx context.Context, db outbox.Database, cfg Config) (int, error) {
+	inb, err := inboxDriver(db, cfg)
+	if err != nil {
+		return 0, err
+	}
+	return inb.InboxSchemaVersion(ctx)
+}
+
+// LatestInbox returns the newest inbox migration this build knows.
+func LatestInbox(db outbox.Database) Migration {
+	inb, err := inboxDriver(db, Config{})
+	if err != nil {
+		return Migration{}
+	}
+	ms := inb.InboxMigrations()
+	return Migration(ms[len(ms)-1])
+}
+
+func inboxDriver(db outbox.Database, cfg Config) (driver.Inbox, error) {
+	inb, ok := db.Driver(cfg.Schema).(driver.Inbox)
+	if !ok {
+		return nil, fmt.Errorf("outboxmigrate: %T has no inbox migrations: %w", db, errors.ErrUnsupported)
+	}
+	return inb, nil
+}

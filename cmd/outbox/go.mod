@@ -61,6 +61,11 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/outboxkit/outbox/inbox/amqpinbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/inbox/kafkainbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/inbox/mqttinbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/inbox/natsinbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/inbox/redisinbox v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

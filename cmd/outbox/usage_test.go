@@ -44,7 +44,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"no command", nil, []string{"missing command: use one of admin, ", "demo, events, migrate, purge, relay, stats, version"}},
+		{"no command", nil, []string{"missing command: use one of admin, ", "demo, events, inbox, migrate, purge, receive, relay, stats, version"}},
 		{"unknown command", []string{"bogus"}, []string{`unknown command "bogus" for "outbox"`}},
 		{"misspelled command", []string{"stat"}, []string{`did you mean "stats"?`}},
 		{"unknown subcommand", []string{"events", "lst"}, []string{`unknown command "lst" for "outbox events"`, `did you mean "list"?`}},

@@ -43,6 +43,25 @@ var _ outbox.Sink = (*Sink)(nil)
 // filled in. It returns an *outbox.ConfigError naming the field when cfg is
 // invalid, and a one-line error naming the broker (never the password) when
 // the broker cannot be reached. Close the sink when done.
+// Dial opens one connection to cfg's broker with the sink's connection
+// settings (TLS, heartbeat, dial timeout, connection name), declaring the
+// exchange if cfg says so, for a consumer that shares the sink's URL
+// conventions (amqpinbox and outbox receive --from amqp:// do). It does not
+// reconnect: the caller closes the connection and dials again after a
+// loss. Its errors never hold the password.
+func Dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, endpoint: endpoint(cfg.URL)}
+	conn, _, err := s.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("amqpsink: connect to %s: %w", s.endpoint, err)
+	}
+	return conn, nil
+}
+
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

@@ -67,6 +67,23 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	return s, nil
 }
 
+// ConnectOptions returns the client options that reach cfg's brokers as
+// the sink does (seed brokers, client ID, SASL, TLS, dialer, logging), for
+// a consumer that shares the sink's URL conventions (kafkainbox and outbox
+// receive --from kafka:// do). The sink's producer settings come along and
+// do not affect consuming. It returns an *outbox.ConfigError when cfg is
+// invalid.
+func ConnectOptions(cfg Config) ([]kgo.Opt, error) {
+	cfg = cfg.WithDefaults()
+	brokers, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{state: &brokerState{}, cfg: cfg, brokers: strings.Join(brokers, ","),
+		log: cfg.Logger.With(slog.String("component", "kafkasink"))}
+	return s.options(brokers), nil
+}
+
 // options are the client options for s.cfg.
 func (s *Sink) options(brokers []string) []kgo.Opt {
 	cfg := s.cfg

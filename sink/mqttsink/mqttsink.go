@@ -129,6 +129,47 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	return s, nil
 }
 
+// ConsumerOptions returns client options that reach cfg's broker as the
+// sink does (credentials, TLS, timeouts, keepalive) for a QoS 1 consumer
+// that shares the sink's URL conventions (mqttinbox and outbox receive
+// --from mqtt:// do): a persistent session under cfg.ClientID, which must
+// be set and stay the same across restarts, manual acks, and automatic
+// reconnects that resume the session. It returns an *outbox.ConfigError
+// when cfg is invalid.
+func ConsumerOptions(cfg Config) (*mqtt.ClientOptions, error) {
+	if cfg.ClientID == "" {
+		return nil, &outbox.ConfigError{Field: "ClientID", Err: errors.New("is empty: a consumer's persistent session needs a fixed client ID")}
+	}
+	cfg = cfg.WithDefaults()
+	broker, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	opts := mqtt.NewClientOptions().
+		SetClientID(cfg.ClientID).
+		SetCleanSession(false).
+		SetAutoAckDisabled(true).
+		SetAutoReconnect(true).
+		SetResumeSubs(true).
+		SetConnectTimeout(cfg.DialTimeout).
+		SetKeepAlive(cfg.KeepAlive).
+		SetPingTimeout(min(cfg.KeepAlive, 10*time.Second)).
+		SetWriteTimeout(writeTimeout).
+		SetOrderMatters(false)
+	if u := broker.User; u != nil {
+		opts.SetUsername(u.Username())
+		if pw, ok := u.Password(); ok {
+			opts.SetPassword(pw)
+		}
+		broker.User = nil
+	}
+	opts.AddBroker(broker.String())
+	if cfg.TLS != nil {
+		opts.SetTLSConfig(cfg.TLS.Clone())
+	}
+	return opts, nil
+}
+
 // connect makes one connection attempt, bounded by DialTimeout. When ctx
 // ends first it still waits for paho to finish the attempt (paho's dial
 // takes no context) and disconnects, so no goroutine outlives a failed

@@ -78,6 +78,11 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	return s, nil
 }
 
+// Conn is the sink's connection to NATS, for a consumer that shares the
+// sink's URL conventions and connection settings (natsinbox and outbox
+// receive --from nats:// do). Close the sink, not the connection.
+func (s *Sink) Conn() *nats.Conn { return s.nc }
+
 // options are the client options for s.cfg.
 func (s *Sink) options() []nats.Option {
 	cfg := s.cfg

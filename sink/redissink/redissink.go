@@ -75,6 +75,11 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	return s, nil
 }
 
+// Client is the sink's Redis client, for a consumer that shares the sink's
+// URL conventions and connection settings (redisinbox and outbox receive
+// --from redis:// do). Close the sink, not the client.
+func (s *Sink) Client() redis.UniversalClient { return s.client }
+
 // connectError explains a failed PING.
 func connectError(ctx context.Context, err error) error {
 	var ne net.Error

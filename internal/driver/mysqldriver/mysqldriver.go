@@ -307,6 +307,12 @@ const migrateLockTimeout = 300
 // start (its statements are CREATE TABLE, which then says the table
 // exists; drop it by hand after reading the error).
 func (Dialect) Migrate(ctx context.Context, db *sql.DB, schema string) ([]sqldriver.Migration, error) {
+	return migrateTrack(ctx, db, schema, "outbox_migrate:", versions(schema), Migrations())
+}
+
+// migrateTrack applies the migrations ms that the versions table lacks,
+// holding the named lock lockPrefix+database.
+func migrateTrack(ctx context.Context, db *sql.DB, schema, lockPrefix, versionsTable string, ms []sqldriver.Migration) ([]sqldriver.Migration, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -322,7 +328,7 @@ func (Dialect) Migrate(ctx context.Context, db *sql.DB, schema string) ([]sqldri
 	} else if target == "" {
 		return nil, errors.New("no database selected: name one in the URL (mysql://host/dbname) or pass a schema")
 	}
-	lock := lockName(target)
+	lock := lockName(lockPrefix, target)
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, lock, migrateLockTimeout).Scan(&got); err != nil {
 		return nil, err
@@ -331,21 +337,21 @@ func (Dialect) Migrate(ctx context.Context, db *sql.DB, schema string) ([]sqldri
 		return nil, fmt.Errorf("another outbox migrate held the lock %q for %ds", lock, migrateLockTimeout)
 	}
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, lock) }()
-	if _, err := conn.ExecContext(ctx, versionsDDL(schema)); err != nil {
+	if _, err := conn.ExecContext(ctx, strings.Replace(versionsDDL(schema), versions(schema), versionsTable, 1)); err != nil {
 		return nil, err
 	}
-	return sqldriver.ApplyMissing(ctx, conn, Migrations(), versions(schema), func(s string) string { return render(s, schema) })
+	return sqldriver.ApplyMissing(ctx, conn, ms, versionsTable, func(s string) string { return render(s, schema) })
 }
 
 // lockName is the GET_LOCK name for a database, within MySQL's 64
 // characters.
-func lockName(database string) string {
-	name := "outbox_migrate:" + database
+func lockName(prefix, database string) string {
+	name := prefix + database
 	if len(name) <= 64 {
 		return name
 	}
 	sum := sha256.Sum256([]byte(database))
-	return "outbox_migrate:" + hex.EncodeToString(sum[:16])
+	return prefix + hex.EncodeToString(sum[:16])
 }
 
 // SchemaVersion returns the highest applied migration, 0 for none.

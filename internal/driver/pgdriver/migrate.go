@@ -26,8 +26,11 @@ type Migration struct {
 }
 
 // Migrations returns the embedded migrations in version order.
-func Migrations() []Migration {
-	entries, err := fs.ReadDir(migrationFS, "migration")
+func Migrations() []Migration { return loadMigrations(migrationFS, "migration") }
+
+// loadMigrations reads the NNN_name.sql files of dir in version order.
+func loadMigrations(fsys embed.FS, dir string) []Migration {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		panic(err) // embedded at build time: cannot fail
 	}
@@ -39,7 +42,7 @@ func Migrations() []Migration {
 		if !ok || err != nil {
 			panic("migration file name must be NNN_name.sql: " + e.Name())
 		}
-		body, err := migrationFS.ReadFile("migration/" + e.Name())
+		body, err := fsys.ReadFile(dir + "/" + e.Name())
 		if err != nil {
 			panic(err)
 		}
@@ -71,6 +74,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Migratio
 // migrate is Migrate with then, when not nil, run in the same transaction
 // after the migrations.
 func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, then func(pgx.Tx) error) ([]Migration, error) {
+	return migrateTrack(ctx, pool, schema, outboxTrack, then)
+}
+
+// track is one line of numbered migrations with its own versions table and
+// lock: the outbox's, and the inbox's (inbox.go).
+type track struct {
+	versions   string // the versions table's name
+	lock       string // the advisory lock's first key, hashed
+	migrations func() []Migration
+}
+
+var outboxTrack = track{versions: "outbox_migrations", lock: "outbox_migrate", migrations: Migrations}
+
+// migrateTrack applies the migrations of t that schema lacks.
+func migrateTrack(ctx context.Context, pool *pgxpool.Pool, schema string, t track, then func(pgx.Tx) error) ([]Migration, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -81,16 +99,16 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, then func(p
 	// hold a catalog snapshot from before the previous migrator committed,
 	// and its CREATE SCHEMA IF NOT EXISTS would then fail on the schema
 	// that migrator created.
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('outbox_migrate'), hashtext($1))`, schema); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1), hashtext($2))`, t.lock, schema); err != nil {
 		return nil, err
 	}
 	defer func() {
 		// On a broken connection the lock went with the session.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('outbox_migrate'), hashtext($1))`, schema)
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext($1), hashtext($2))`, t.lock, schema)
 	}()
 	var applied []Migration
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		versions := pgx.Identifier{schema, "outbox_migrations"}.Sanitize()
+		versions := pgx.Identifier{schema, t.versions}.Sanitize()
 		setup := `CREATE SCHEMA IF NOT EXISTS ` + quoteIdent(schema) + `;
 CREATE TABLE IF NOT EXISTS ` + versions + ` (
     version    integer PRIMARY KEY,
@@ -112,7 +130,7 @@ CREATE TABLE IF NOT EXISTS ` + versions + ` (
 		for _, v := range done {
 			have[int(v)] = true
 		}
-		for _, m := range Migrations() {
+		for _, m := range t.migrations() {
 			if have[m.Version] {
 				continue
 			}
@@ -162,7 +180,12 @@ func infos(ms []Migration) []driver.Migration {
 
 // Version returns the highest applied migration in schema, 0 when none.
 func Version(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
-	versions := pgx.Identifier{schema, "outbox_migrations"}.Sanitize()
+	return trackVersion(ctx, pool, schema, outboxTrack)
+}
+
+// trackVersion returns the highest migration of t applied in schema.
+func trackVersion(ctx context.Context, pool *pgxpool.Pool, schema string, t track) (int, error) {
+	versions := pgx.Identifier{schema, t.versions}.Sanitize()
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, versions).Scan(&exists); err != nil {
 		return 0, err

@@ -163,6 +163,8 @@ appears in output or logs.`,
 		a.benchCommand(),
 		a.adminCommand(),
 		a.checkCommand(),
+		a.receiveCommand(),
+		a.inboxCommand(),
 	)
 	registerCompletions(root)
 	return root

@@ -168,17 +168,23 @@ func (a *app) openDatabase(ctx context.Context) (outbox.Database, io.Closer, dbu
 // manager connects and returns a Manager for --schema, after checking that
 // the outbox table exists. Call the returned func to close the pool.
 func (a *app) manager(ctx context.Context) (*outbox.Manager, func(), error) {
+	m, _, closeDB, err := a.managerDB(ctx)
+	return m, closeDB, err
+}
+
+// managerDB is manager that also returns the database.
+func (a *app) managerDB(ctx context.Context) (*outbox.Manager, outbox.Database, func(), error) {
 	db, closer, _, err := a.openDatabase(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closeDB := func() { _ = closer.Close() }
 	m := outbox.NewManager(db, outbox.ManagerConfig{Schema: a.schema})
 	if err := m.Ping(ctx); err != nil {
 		closeDB()
-		return nil, nil, a.tableError(err)
+		return nil, nil, nil, a.tableError(err)
 	}
-	return m, closeDB, nil
+	return m, db, closeDB, nil
 }
 
 // tableError tells the operator how to create a missing outbox table.

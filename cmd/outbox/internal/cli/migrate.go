@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		printSQL  bool
 		partition string
 		tenants   tenantFlags
+		inboxOnly bool
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -37,13 +39,32 @@ period cannot be changed afterwards.
 
 With --print it prints the migrations as one SQL script instead, without
 connecting, in the SQL of the database --database-url names (PostgreSQL when
-none is given): vendor it into goose, atlas or golang-migrate.`,
-		Example: "  outbox migrate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql",
+none is given): vendor it into goose, atlas or golang-migrate.
+
+With --inbox it creates or upgrades the consumer side's inbox_messages table
+instead (outbox receive and the Go package inbox store received messages
+there), on a migration track of its own recorded in inbox_migrations: a
+consumer's database gets the inbox alone, and a service that writes and
+consumes runs both.`,
+		Example: "  outbox migrate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql\n  outbox migrate --inbox",
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			cfg := outboxmigrate.Config{Schema: a.schema, PartitionArchive: outboxmigrate.Period(partition)}
 			if partition != "" && cfg.PartitionArchive != outboxmigrate.PeriodDaily && cfg.PartitionArchive != outboxmigrate.PeriodWeekly {
 				return usagef("invalid --partition-archive %q: use daily or weekly", partition)
+			}
+			if inboxOnly && partition != "" {
+				return usagef("invalid --partition-archive with --inbox: the inbox has no archive; migrate the outbox and the inbox in two runs")
+			}
+			if tenants.on() && printSQL {
+				return usagef("--print writes one script for --schema; leave out --tenant-schemas and --tenant-query")
+			}
+			if tenants.on() && inboxOnly {
+				return usagef("invalid --inbox with --tenant-schemas or --tenant-query: the inbox lives in the consumer's own schema; run outbox migrate --inbox --schema NAME for it")
+			}
+			if inboxOnly && printSQL {
+				a.stdout.printf("%s", outboxmigrate.InboxSQL(offlineDatabase(a.databaseURLOrEnv()), cfg))
+				return nil
 			}
 			if printSQL {
 				// The script is generated offline, in the dialect the URL
@@ -58,9 +79,6 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 					a.stdout.printf("\n-- archive partitioning, outbox migrate --partition-archive %s\n%s", partition, part)
 				}
 				return nil
-			}
-			if tenants.on() && printSQL {
-				return usagef("--print writes one script for --schema; leave out --tenant-schemas and --tenant-query")
 			}
 			if a.pgbouncer {
 				return usagef("invalid %s: outbox migrate holds a session's advisory lock, which PgBouncer in transaction mode does not keep; run it against PostgreSQL directly, or through a session-mode pool, without --pgbouncer", a.globalName("pgbouncer"))
@@ -90,6 +108,9 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 			defer func() { _ = closer.Close() }()
 			if kind == dburl.KindPostgres && (strings.HasPrefix(strings.ToLower(a.schema), "pg_") || a.schema == "information_schema") {
 				return usagef("invalid %s %q: PostgreSQL keeps that name for its own catalogs; choose another schema, such as outbox", a.globalName("schema"), a.schema)
+			}
+			if inboxOnly {
+				return a.migrateInbox(cmd.Context(), db, cfg)
 			}
 			res, err := outboxmigrate.Migrate(cmd.Context(), db, cfg)
 			if err != nil {
@@ -129,7 +150,28 @@ none is given): vendor it into goose, atlas or golang-migrate.`,
 	f.BoolVar(&printSQL, "print", false, "print the migrations as SQL instead of applying them (needs no database)")
 	f.StringVar(&partition, "partition-archive", "", "partition outbox_events_archive by processed_at: daily or weekly (PostgreSQL only)")
 	tenants.addFlags(f, "migrate every schema")
+	f.BoolVar(&inboxOnly, "inbox", false, "migrate the consumer side's inbox_messages table (its own track, inbox_migrations) instead of the outbox")
 	return cmd
+}
+
+// migrateInbox applies the inbox's migrations and reports them.
+func (a *app) migrateInbox(ctx context.Context, db outbox.Database, cfg outboxmigrate.Config) error {
+	res, err := outboxmigrate.MigrateInbox(ctx, db, cfg)
+	if err != nil {
+		if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "outboxmigrate: ") {
+			return fmt.Errorf("migrate the inbox in schema %q: %w", a.schema, inner)
+		}
+		return err
+	}
+	if len(res.Applied) == 0 {
+		a.stdout.printf("inbox is up to date at version %d\n", res.Version)
+		return nil
+	}
+	for _, m := range res.Applied {
+		a.stdout.printf("applied inbox migration %03d_%s to schema %q\n", m.Version, m.Name, a.schema)
+	}
+	a.stdout.printf("inbox is now at version %d\n", res.Version)
+	return nil
 }
 
 // partitionError makes the operator's partitioning mistakes usage errors.

@@ -14,7 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/outboxadmin"
+	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
 // statsJSON is the counts of the stats --json document: the admin API's
@@ -28,6 +30,52 @@ type statsJSON = outboxadmin.CountsJSON
 type statsDocJSON struct {
 	statsRelaysJSON
 	BlockedAggregates *outbox.BlockedAggregates `json:"blocked_aggregates,omitempty"`
+	// Consumers is the inbox's backlog per consumer, present when the
+	// schema has inbox_messages (outbox migrate --inbox).
+	Consumers *[]consumerLagJSON `json:"consumers,omitempty"`
+}
+
+// consumerLagJSON is one consumer's backlog in inbox_messages.
+type consumerLagJSON struct {
+	Consumer                    string  `json:"consumer"`
+	Unprocessed                 int64   `json:"unprocessed"`
+	OldestUnprocessedAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
+}
+
+// consumerLags reads the inbox's backlog, nil when the schema has no inbox.
+func (a *app) consumerLags(ctx context.Context, db outbox.Database) (*[]consumerLagJSON, error) {
+	v, err := outboxmigrate.InboxVersion(ctx, db, outboxmigrate.Config{Schema: a.schema})
+	if err != nil || v == 0 {
+		return nil, err
+	}
+	lags, err := inbox.Lag(ctx, db, a.schema)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]consumerLagJSON, len(lags))
+	for i, l := range lags {
+		out[i] = consumerLagJSON{Consumer: l.Consumer, Unprocessed: l.Unprocessed, OldestUnprocessedAgeSeconds: l.OldestUnprocessedAge.Seconds()}
+	}
+	return &out, nil
+}
+
+// writeConsumers lists the consumers with a backlog.
+func writeConsumers(w io.Writer, c *[]consumerLagJSON) error {
+	if c == nil {
+		return nil
+	}
+	if _, err := fmt.Fprintf(w, "\ninbox consumers with unprocessed messages: %d\n", len(*c)); err != nil {
+		return err
+	}
+	if len(*c) == 0 {
+		return nil
+	}
+	tw := newTable(w, 2)
+	tw.row("consumer\tunprocessed\toldest unprocessed\n")
+	for _, l := range *c {
+		tw.row("%s\t%d\t%s\n", safeText(l.Consumer), l.Unprocessed, (time.Duration(l.OldestUnprocessedAgeSeconds * float64(time.Second))).Round(time.Millisecond))
+	}
+	return tw.flush()
 }
 
 // blockedListLimit is how many blocked aggregates stats lists.
@@ -63,7 +111,10 @@ ordered delivery (relay --ordering aggregate) waits behind a failed first
 event, with total and the first 20 (aggregate_type, aggregate_id, head_id,
 head_status, waiting). Failed
 events waiting for a slow retry (relay --dead-letter-retry) show as
-"dead-letter retry" with the time the next one is due.
+"dead-letter retry" with the time the next one is due. When the schema also
+holds the consumer side's inbox_messages (outbox migrate --inbox), it lists
+each consumer with unprocessed messages and the oldest one's age (with
+--json, consumers: consumer, unprocessed, oldest_unprocessed_age_seconds).
 
 With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
@@ -88,7 +139,7 @@ longer --interval.`,
 				}
 				return a.tenantStats(cmd.Context(), &tenants, asJSON)
 			}
-			m, closePool, err := a.manager(cmd.Context())
+			m, db, closePool, err := a.managerDB(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -115,13 +166,20 @@ longer --interval.`,
 			case !errors.Is(err, outbox.ErrOrderingUnsupported):
 				return err
 			}
+			consumers, err := a.consumerLags(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
 			if asJSON {
-				return writeJSON(a.stdout, statsDocJSON{statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)}, blocked})
+				return writeJSON(a.stdout, statsDocJSON{statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)}, blocked, consumers})
 			}
 			if err := writeStatsTable(a.stdout, s, nil, h, relays); err != nil {
 				return err
 			}
-			return writeBlocked(a.stdout, blocked)
+			if err := writeBlocked(a.stdout, blocked); err != nil {
+				return err
+			}
+			return writeConsumers(a.stdout, consumers)
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

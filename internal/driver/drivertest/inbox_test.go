@@ -1,0 +1,187 @@
+package drivertest_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/internal/driver/drivertest"
+	"github.com/outboxkit/outbox/outboxmigrate"
+)
+
+// inboxDB is one database/sql database with the inbox migrated, and a
+// second pool on it, as a second consumer process would have.
+type inboxDB struct {
+	db, other *sql.DB
+	dialect   outbox.Dialect
+	database  outbox.Database
+	backdate  string // sets processed_at 8 days back for message_id ?
+}
+
+func inboxDatabases() map[string]func(t *testing.T) inboxDB {
+	return map[string]func(t *testing.T) inboxDB{
+		"sqlite": func(t *testing.T) inboxDB {
+			path := filepath.Join(t.TempDir(), "consumer.db")
+			db := drivertest.OpenSQLiteFile(t, path)
+			return inboxDB{db: db, other: drivertest.OpenSQLiteFile(t, path), dialect: outbox.DialectSQLite, database: outbox.SQLite(db),
+				backdate: `UPDATE inbox_messages SET processed_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days') WHERE message_id = ?`}
+		},
+		"mariadb": func(t *testing.T) inboxDB {
+			name, db := drivertest.MySQLDatabase(t)
+			cfg, err := mysql.ParseDSN(drivertest.MySQLDSN())
+			require.NoError(t, err)
+			cfg.DBName, cfg.ParseTime, cfg.Loc = name, true, time.UTC
+			// The second pool reports found rows instead of changed rows,
+			// which must not make a duplicate look new.
+			cfg.ClientFoundRows = true
+			other, err := sql.Open("mysql", cfg.FormatDSN())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = other.Close() })
+			return inboxDB{db: db, other: other, dialect: outbox.DialectMariaDB, database: outbox.MySQL(db),
+				backdate: "UPDATE `inbox_messages` SET `processed_at` = UTC_TIMESTAMP(6) - INTERVAL 8 DAY WHERE `message_id` = ?"}
+		},
+	}
+}
+
+func setupInbox(t *testing.T, open func(t *testing.T) inboxDB) (inboxDB, *inbox.Inbox) {
+	t.Helper()
+	ctx := context.Background()
+	d := open(t)
+	res, err := outboxmigrate.MigrateInbox(ctx, d.database, outboxmigrate.Config{})
+	require.NoError(t, err)
+	require.Equal(t, []outboxmigrate.Migration{{Version: 1, Name: "create_inbox_messages"}}, res.Applied)
+	again, err := outboxmigrate.MigrateInbox(ctx, d.database, outboxmigrate.Config{})
+	require.NoError(t, err)
+	require.Empty(t, again.Applied)
+	v, err := outboxmigrate.Version(ctx, d.database, outboxmigrate.Config{})
+	require.NoError(t, err)
+	require.Zero(t, v, "the outbox's track is apart")
+	_, err = d.db.ExecContext(ctx, `CREATE TABLE effects (message_id VARCHAR(255) NOT NULL)`)
+	require.NoError(t, err)
+	in, err := inbox.New(inbox.Config{Consumer: "billing", Dialect: d.dialect})
+	require.NoError(t, err)
+	return d, in
+}
+
+func countEffects(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRowContext(context.Background(), `SELECT count(*) FROM effects`).Scan(&n))
+	return n
+}
+
+func applyEffect(id string) func(ctx context.Context, tx *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO effects (message_id) VALUES (?)`, id)
+		return err
+	}
+}
+
+func inboxMessage(id string) inbox.Message {
+	return inbox.Message{Source: "/outbox", ID: id, EventType: "order.created", Payload: []byte(`{"n":1}`), Headers: map[string]string{"a": "b"}}
+}
+
+func TestInboxSQLDatabases(t *testing.T) {
+	t.Parallel()
+	for name, open := range inboxDatabases() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("same message five times", func(t *testing.T) {
+				t.Parallel()
+				d, in := setupInbox(t, open)
+				for i := range 5 {
+					db := d.db
+					if i%2 == 1 {
+						db = d.other
+					}
+					res, err := in.HandleSQL(context.Background(), db, inboxMessage("17"), applyEffect("17"))
+					require.NoError(t, err)
+					require.Equal(t, i > 0, res.Duplicate, "delivery %d", i+1)
+				}
+				require.Equal(t, 1, countEffects(t, d.db))
+			})
+			t.Run("concurrent deliveries from two pools", func(t *testing.T) {
+				t.Parallel()
+				d, in := setupInbox(t, open)
+				const messages, deliveries = 15, 4
+				var (
+					wg  sync.WaitGroup
+					ran atomic.Int64
+				)
+				for i := range deliveries {
+					db := []*sql.DB{d.db, d.other}[i%2]
+					wg.Go(func() {
+						for n := range messages {
+							id := fmt.Sprint(n)
+							_, err := in.HandleSQL(context.Background(), db, inboxMessage(id), func(ctx context.Context, tx *sql.Tx) error {
+								ran.Add(1)
+								return applyEffect(id)(ctx, tx)
+							})
+							if err != nil {
+								t.Errorf("deliver %s: %v", id, err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				require.Equal(t, int64(messages), ran.Load())
+				require.Equal(t, messages, countEffects(t, d.db))
+			})
+			t.Run("handler error rolls back", func(t *testing.T) {
+				t.Parallel()
+				d, in := setupInbox(t, open)
+				boom := errors.New("boom")
+				_, err := in.HandleSQL(context.Background(), d.db, inboxMessage("5"), func(ctx context.Context, tx *sql.Tx) error {
+					require.NoError(t, applyEffect("5")(ctx, tx))
+					return boom
+				})
+				require.ErrorIs(t, err, boom)
+				require.Zero(t, countEffects(t, d.db))
+				res, err := in.HandleSQL(context.Background(), d.db, inboxMessage("5"), applyEffect("5"))
+				require.NoError(t, err)
+				require.False(t, res.Duplicate)
+				res, err = in.HandleSQL(context.Background(), d.other, inboxMessage("5"), applyEffect("5"))
+				require.NoError(t, err)
+				require.True(t, res.Duplicate)
+				require.Equal(t, 1, countEffects(t, d.db))
+			})
+			t.Run("store, lag and purge", func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				d, in := setupInbox(t, open)
+				for _, id := range []string{"1", "2", "2"} {
+					_, err := in.StoreSQL(ctx, d.db, inboxMessage(id))
+					require.NoError(t, err)
+				}
+				_, err := in.RecordSQL(ctx, d.db, inboxMessage("3"))
+				require.NoError(t, err)
+				lag, err := inbox.Lag(ctx, d.database, "")
+				require.NoError(t, err)
+				require.Len(t, lag, 1)
+				require.Equal(t, int64(2), lag[0].Unprocessed)
+				require.Less(t, lag[0].OldestUnprocessedAge, time.Minute)
+
+				_, err = d.db.ExecContext(ctx, d.backdate, "3")
+				require.NoError(t, err)
+				n, err := inbox.Purge(ctx, d.database, inbox.PurgeConfig{OlderThan: 7 * 24 * time.Hour, Consumer: "billing"})
+				require.NoError(t, err)
+				require.Equal(t, int64(1), n, "only the processed message past the window")
+				var left int
+				require.NoError(t, d.db.QueryRowContext(ctx, `SELECT count(*) FROM inbox_messages`).Scan(&left))
+				require.Equal(t, 2, left)
+			})
+		})
+	}
+}
