@@ -197,7 +197,9 @@ func (t *Tenants) Start(ctx context.Context) error {
 		t.mu.Lock()
 		t.started = false
 		t.mu.Unlock()
-		t.stopAll(ctx)
+		if stopErr := t.stopAll(ctx); stopErr != nil {
+			return fmt.Errorf("outbox: tenants: discover: %w (and stopping the relays started so far: %w)", err, stopErr)
+		}
 		return fmt.Errorf("outbox: tenants: discover: %w", err)
 	}
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -338,6 +338,7 @@ func testOrderedSQLFleet(t *testing.T, url string, db *sql.DB, dialect outbox.Di
 		want = map[string][]int64{}
 		rows, err := db.QueryContext(ctx, "SELECT aggregate_id, id FROM outbox_events ORDER BY aggregate_id, key_seq, id")
 		require.NoError(t, err)
+		defer rows.Close()
 		for rows.Next() {
 			var (
 				key string

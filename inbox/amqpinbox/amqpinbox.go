@@ -92,7 +92,7 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, cfg Config) er
 		case d, ok := <-deliveries:
 			if !ok {
 				if ctx.Err() != nil {
-					return nil
+					return nil //nolint:nilerr // a stop ends consumption cleanly
 				}
 				return fmt.Errorf("amqpinbox: the channel consuming %s closed; its unacknowledged deliveries are requeued", queue)
 			}

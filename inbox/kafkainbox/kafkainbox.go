@@ -122,7 +122,7 @@ func Consume(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		}
 		cl.AllowRebalance()
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // a stop ends consumption cleanly
 		}
 	}
 }

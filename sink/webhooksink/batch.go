@@ -129,9 +129,10 @@ func (s *Sink) postBatch(ctx context.Context, events []outbox.Event, chunk []int
 	if err != nil {
 		return s.transportError(ctx, first, err)
 	}
+	// Drained and closed on every path so the connection is reused.
+	defer drainClose(resp.Body)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		drainClose(resp.Body)
 		return nil
 	}
-	return s.statusError(first, resp) // reads and closes the body
+	return s.statusError(first, resp)
 }

@@ -460,7 +460,8 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		}
 		return err
 	}
-	if scheme == "nats" {
+	switch scheme {
+	case "nats":
 		src, err := natsinbox.Open(ctx, rf.from, rf.consumer)
 		if err != nil {
 			return fromError(err)
@@ -472,7 +473,7 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		if err != nil {
 			return err
 		}
-	} else if scheme == "mqtt" || scheme == "mqtts" || scheme == "tcp" || scheme == "ssl" {
+	case "mqtt", "mqtts", "tcp", "ssl":
 		client, topic, err := mqttinbox.Open(ctx, rf.from, "outbox-receive-"+rf.consumer)
 		if err != nil {
 			return fromError(err)
@@ -485,7 +486,7 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		if err != nil {
 			return err
 		}
-	} else if scheme == "kafka" {
+	case "kafka":
 		cl, topics, err := kafkainbox.Open(ctx, rf.from, rf.consumer)
 		if err != nil {
 			return fromError(err)
@@ -495,11 +496,11 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		if err := kafkainbox.Consume(ctx, cl, kafkainbox.Config{Logger: a.logger, Receive: receive}); err != nil {
 			return err
 		}
-	} else if scheme == "amqp" || scheme == "amqps" {
+	case "amqp", "amqps":
 		if err := a.receiveAMQP(ctx, rf, receive, fromError); err != nil {
 			return err
 		}
-	} else {
+	default:
 		src, err := redisinbox.Open(ctx, rf.from)
 		if err != nil {
 			return fromError(err)
