@@ -53,7 +53,7 @@ func connect(t *testing.T, id string) mqtt.Client {
 		SetCleanSession(false).SetAutoAckDisabled(true)
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
-	require.True(t, tok.WaitTimeout(10*time.Second), "the MQTT broker (mosquitto) is not reachable at TEST_MQTT_URL (default %s): start mosquitto", mqttURL())
+	require.True(t, tok.WaitTimeout(10*time.Second), "the MQTT broker is not reachable at TEST_MQTT_URL (default %s): start it (see DEVELOPERS.md)", mqttURL())
 	require.NoError(t, tok.Error())
 	t.Cleanup(func() { c.Disconnect(100) })
 	return c

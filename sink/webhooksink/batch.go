@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -130,7 +131,10 @@ func (s *Sink) postBatch(ctx context.Context, events []outbox.Event, chunk []int
 		return s.transportError(ctx, first, err)
 	}
 	// Drained and closed on every path so the connection is reused.
-	defer drainClose(resp.Body)
+	defer func() {
+		_, _ = io.CopyN(io.Discard, resp.Body, drainMax)
+		_ = resp.Body.Close()
+	}()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
