@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,7 +117,9 @@ func (b bundle) start(t *testing.T, sink outbox.Sink, tweak func(*outboxcdc.Conf
 	return r, stop
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) }
+func quiet() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
 
 // insert writes one event per type with plain SQL in one transaction.
 func (b bundle) insert(t *testing.T, types ...string) {

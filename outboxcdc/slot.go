@@ -141,3 +141,19 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// Abandoned is a capture slot no relay streams from.
+type Abandoned = pgdriver.AbandonedSlot
+
+// AbandonedSlots lists the capture slots of schema that exist but that no
+// relay streams from: each keeps WAL on the server's disk, which fills
+// while it grows. A poll relay reports them when it starts (`outbox relay`
+// without --capture logical on a table where a capture relay ran once);
+// start a capture relay of the group or drop the slot with `outbox migrate
+// --drop-logical`.
+func AbandonedSlots(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Abandoned, error) {
+	if schema == "" {
+		schema = "public"
+	}
+	return pgdriver.New(pool, schema).AbandonedCaptureSlots(ctx)
+}

@@ -305,3 +305,35 @@ func CaptureStreamedAs(alias, snap string) string {
 
 // archiveTable is the quoted outbox_events_archive.
 func (d *Driver) archiveTable() string { return d.ident("outbox_events_archive") }
+
+// AbandonedSlot is a capture slot of the schema that no relay streams
+// from.
+type AbandonedSlot struct {
+	Name          string
+	RetainedBytes int64
+}
+
+// AbandonedCaptureSlots lists the recorded capture slots of the schema
+// that exist and are not in use: each keeps WAL on the server's disk until
+// a capture relay streams from it or it is dropped. None when capture was
+// never set up.
+func (d *Driver) AbandonedCaptureSlots(ctx context.Context) ([]AbandonedSlot, error) {
+	var exists bool
+	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, d.captureTable()).Scan(&exists); err != nil || !exists {
+		return nil, wrap(err)
+	}
+	rows, err := d.pool.Query(ctx, `SELECT s.slot_name, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint
+FROM `+d.captureTable()+` c JOIN pg_replication_slots s ON s.slot_name = c.slot_name
+WHERE NOT s.active
+ORDER BY 1`)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var out []AbandonedSlot
+	var s AbandonedSlot
+	_, err = pgx.ForEachRow(rows, []any{&s.Name, &s.RetainedBytes}, func() error {
+		out = append(out, s)
+		return nil
+	})
+	return out, wrap(err)
+}

@@ -1,8 +1,8 @@
 package sqldriver
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"slices"
 	"time"
 
