@@ -26,6 +26,7 @@ package outboxcdc
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strings"
 	"time"
@@ -179,8 +180,9 @@ func (c Config) Validate() error {
 
 // SlotName is the name of the replication slot and of the publication of
 // the relays of group on the outbox table in schema: outbox_<schema>_<group>,
-// lower case, every character other than a-z, 0-9 and _ replaced by _,
-// cut to PostgreSQL's 63 bytes.
+// lower case, every character other than a-z, 0-9 and _ replaced by _. A
+// name longer than PostgreSQL's 63 bytes keeps its first 54 and a hash of
+// the whole, so that long schema names do not share a slot.
 func SlotName(schema, group string) string {
 	if schema == "" {
 		schema = "public"
@@ -198,7 +200,9 @@ func SlotName(schema, group string) string {
 	}
 	s := b.String()
 	if len(s) > 63 {
-		s = s[:63]
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(s))
+		s = fmt.Sprintf("%s_%08x", s[:54], h.Sum32())
 	}
 	return s
 }

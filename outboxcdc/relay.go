@@ -234,6 +234,10 @@ func (r *Relay) advance(lsn pglogrepl.LSN) {
 	}
 }
 
+// confirmDelay is how soon a settled position is reported while chunks
+// are in flight.
+const confirmDelay = 10 * time.Millisecond
+
 // receiver reads the replication stream and decodes it into chunks.
 type receiver struct {
 	r         *Relay
@@ -244,6 +248,7 @@ type receiver struct {
 	inTx      bool
 	sentSeq   uint64
 	walEnd    pglogrepl.LSN // the server's sent position, from keepalives
+	sentPos   pglogrepl.LSN // the position last reported
 	next      time.Time     // next status update
 }
 
@@ -255,7 +260,20 @@ func (c *receiver) run(ctx context.Context) error {
 				return err
 			}
 		}
-		rctx, cancel := context.WithDeadline(ctx, c.next)
+		deadline := c.next
+		if c.sentSeq != c.r.settledSeq.Load() || pglogrepl.LSN(c.r.confirmed.Load()) != c.sentPos {
+			// Chunks in flight: report each settled one promptly, so a
+			// crash replays as little as possible.
+			if d := time.Now().Add(confirmDelay); d.Before(deadline) {
+				deadline = d
+			}
+			if pglogrepl.LSN(c.r.confirmed.Load()) != c.sentPos {
+				if err := c.sendStatus(ctx, false); err != nil {
+					return err
+				}
+			}
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := c.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -399,5 +417,6 @@ func (c *receiver) sendStatus(ctx context.Context, reply bool) error {
 	if err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}
+	c.sentPos = pos
 	return nil
 }
