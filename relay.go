@@ -506,7 +506,7 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 	}
 	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
 		Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes),
-		CaptureSnapshot: r.cfg.CaptureSnapshot})
+		CaptureSlot: r.cfg.CaptureSlot})
 }
 
 // handle publishes a claimed batch and settles every event's outcome; a

@@ -10,7 +10,7 @@
 // large batches, so the Manager, the CLI's stats, events, replay and purge
 // keep working). An event whose publish fails gets the table path's
 // failure mark (attempts, backoff, dead-lettering) and from then on belongs
-// to the table path: an outbox.Relay with RelayConfig.CaptureSnapshot set,
+// to the table path: an outbox.Relay with RelayConfig.CaptureSlot set,
 // which claims only what the stream leaves to the table. `outbox relay
 // --capture logical` runs both.
 //

@@ -56,7 +56,7 @@ func newRelation(m *pglogrepl.RelationMessage) *relation {
 const timestampLayout = "2006-01-02 15:04:05.999999-07"
 
 // decode reads an inserted row. ok is false for a row the stream leaves
-// to the table path (pgdriver.CaptureStreamed): not pending, delayed, or
+// to the table path (the stream does not settle it): not pending, delayed, or
 // already changed.
 func (r *relation) decode(t *pglogrepl.TupleData) (ev outbox.Event, ok bool, err error) {
 	if t == nil {

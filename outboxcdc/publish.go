@@ -186,7 +186,7 @@ func (r *Relay) settle(ctx context.Context, s settlement) bool {
 	}
 	for attempt := 0; ; attempt++ {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		res, err := r.drv.CaptureSettle(sctx, r.slot.Snapshot, r.cfg.RelayID, driver.Retention(r.cfg.Retention),
+		res, err := r.drv.CaptureSettle(sctx, r.slot.Name, r.cfg.RelayID, driver.Retention(r.cfg.Retention),
 			s.delivered, r.cfg.MaxAttempts, fails)
 		cancel()
 		if err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +56,8 @@ func New(pool *pgxpool.Pool, repl *pgconn.Config, cfg Config) (*Relay, error) {
 }
 
 // Prepare checks wal_level and creates the publication and the slot when
-// they are missing (Setup). The returned Slot's Snapshot is the table
-// path's outbox.RelayConfig.CaptureSnapshot. Run calls it when it was not
+// they are missing (Setup). The returned Slot's Name is the table path's
+// outbox.RelayConfig.CaptureSlot. Run calls it when it was not
 // called.
 func (r *Relay) Prepare(ctx context.Context) (Slot, error) {
 	s, err := Setup(ctx, r.pool, r.repl, r.cfg.Schema, r.cfg.Group)
@@ -107,6 +108,20 @@ func (r *Relay) Run(ctx context.Context) error {
 			standing = true
 		case errors.Is(err, ErrWALLevel):
 			return err
+		case sqlState(err) == "42704" || (sqlState(err) == "55000" && strings.Contains(err.Error(), "invalidated")):
+			// undefined_object, or object_not_in_prerequisite_state for a
+			// slot the server invalidated: the slot is gone or useless.
+			// Dropped, invalidated by max_slot_wal_keep_size, or absent on
+			// a promoted standby. A new slot records a new snapshot: the
+			// events it does not stream, the table path claims.
+			r.log.Error("the replication slot is gone; creating it again: events written since the last confirmed position are delivered by the table path",
+				slog.String("slot", r.slot.Name), slog.String("error", err.Error()))
+			if _, err := r.Prepare(ctx); err != nil {
+				if errors.Is(err, ErrWALLevel) {
+					return err
+				}
+				r.log.Warn("creating the replication slot failed; retrying", slog.String("error", err.Error()))
+			}
 		default:
 			standing = false
 			r.log.Warn("capture stream ended; reconnecting", slog.String("slot", r.slot.Name),

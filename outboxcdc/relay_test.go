@@ -37,6 +37,7 @@ func TestCapture(t *testing.T) {
 		"FailedPublishFallsBackToTablePath":        testFallsBackToTablePath,
 		"StandbyTakesOver":                         testStandbyTakesOver,
 		"ReportsSlotLag":                           testReportsSlotLag,
+		"BacklogAndLostSlotGoThroughTablePath":     testBacklogAndLostSlot,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -96,7 +97,7 @@ func (b bundle) start(t *testing.T, sink outbox.Sink, tweak func(*outboxcdc.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcfg.CaptureSnapshot = slot.Snapshot
+	rcfg.CaptureSlot = slot.Name
 	table, err := outbox.NewRelay(outbox.Postgres(b.pool), rcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -298,5 +299,38 @@ func TestCaptureNeedsLogicalWALLevel(t *testing.T) {
 	err := outboxcdc.CheckWALLevel(context.Background(), pool)
 	if !errors.Is(err, outboxcdc.ErrWALLevel) || !strings.Contains(err.Error(), "ALTER SYSTEM SET wal_level = logical") {
 		t.Fatalf("err = %v, want ErrWALLevel saying what to change", err)
+	}
+}
+
+func testBacklogAndLostSlot(t *testing.T, url string) {
+	b := setup(t, url)
+	// Written before any slot exists: the table path delivers them.
+	b.insert(t, "backlog.1", "backlog.2")
+	rec := outboxtest.NewRecorder()
+	_, stop := b.start(t, rec, nil)
+	b.insert(t, "streamed")
+	rec.WaitLen(t, 3, 10*time.Second)
+	testutil.WaitFor(t, 10*time.Second, "rows marked", func() bool { return b.count(t, `status = 'processed'`) == 3 })
+	stop()
+	// The slot disappears while no relay runs (a failover to a server
+	// without it); events written meanwhile are in no stream.
+	slot := outboxcdc.SlotName(b.schema, "")
+	if _, err := b.pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, "gap.1", "gap.2")
+	b.start(t, rec, nil)
+	b.insert(t, "after")
+	testutil.WaitFor(t, 15*time.Second, "every event delivered and marked", func() bool {
+		return b.count(t, `status = 'processed'`) == 6
+	})
+	got := map[string]int{}
+	for _, e := range rec.Events() {
+		got[e.EventType]++
+	}
+	for _, typ := range []string{"backlog.1", "backlog.2", "streamed", "gap.1", "gap.2", "after"} {
+		if got[typ] != 1 {
+			t.Fatalf("%s delivered %d times, want once (all: %v)", typ, got[typ], got)
+		}
 	}
 }

@@ -18,7 +18,8 @@ type Slot struct {
 	Name string
 	// Snapshot is the pg_snapshot taken when the slot was created: the
 	// events it sees were written before the slot existed and are left to
-	// the table path (outbox.RelayConfig.CaptureSnapshot).
+	// the table path (outbox.RelayConfig.CaptureSlot names the slot whose
+	// recorded snapshot the table path reads).
 	Snapshot string
 	// Created is true when Setup created the slot.
 	Created bool
@@ -60,7 +61,9 @@ func CheckWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 // connection configuration of the database (ReplicationConfig is applied
 // to it). `outbox migrate --logical` calls it; so does a relay on its
 // first start. A slot found without its record (its creator died between
-// the two) is dropped and created again: nothing was streamed from it.
+// the two) is dropped and created again: nothing was streamed from it; so
+// is a slot the server invalidated (wal_status lost), whose undelivered
+// events the new slot's snapshot hands to the table path.
 func Setup(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, schema, group string) (Slot, error) {
 	if schema == "" {
 		schema = "public"
@@ -83,11 +86,11 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, schema,
 	if err != nil {
 		return Slot{}, fmt.Errorf("outboxcdc: read outbox_capture: %w", err)
 	}
-	exists, err := d.SlotExists(ctx, name)
+	exists, lost, err := d.SlotExists(ctx, name)
 	if err != nil {
 		return Slot{}, fmt.Errorf("outboxcdc: read pg_replication_slots: %w", err)
 	}
-	if exists && recorded {
+	if exists && recorded && !lost {
 		return Slot{Name: name, Snapshot: rec.Snapshot}, nil
 	}
 	conn, err := pgconn.ConnectConfig(ctx, ReplicationConfig(repl))

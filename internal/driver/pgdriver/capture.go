@@ -11,17 +11,23 @@ import (
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
-// CaptureStreamed is the SQL condition, on a row of outbox_events, that the
-// change-data-capture stream delivers the event: a pending row, due when it
-// was written, unchanged since (updated_at is still the insert's now()),
-// written by a transaction the slot's snapshot (the SQL expression snap, a
-// pg_snapshot) does not see, so its insert is in the slot's stream. The
-// stream settles only such rows, and the table path of a capture relay
-// claims only the others (driver.ClaimParams.CaptureSnapshot): a failed
-// publish from the stream changes the row (attempts, updated_at), which
-// hands it to the table path for good.
-func CaptureStreamed(snap string) string {
-	return `status = 'pending' AND available_at <= created_at AND updated_at = created_at AND NOT pg_visible_in_snapshot(txid, ` + snap + `::pg_snapshot)`
+// captureStreamed is the SQL condition, on a row of outbox_events (alias
+// a, with its dot, or empty), that the change-data-capture stream of the
+// slot named by the SQL expression slot delivers the event: a pending row,
+// due when it was written, unchanged since (updated_at is still the
+// insert's now()), written by a transaction that the snapshot recorded
+// when the slot was created (in outbox_capture, captureTable) does not
+// see, so its insert is in the slot's stream. The stream settles only such
+// rows, and the table path of a capture relay claims only the others
+// (driver.ClaimParams.CaptureSlot): a failed publish from the stream
+// changes the row (attempts, updated_at), which hands it to the table path
+// for good. Without a recorded slot (dropped) no row is the stream's. The
+// snapshot is read in the statement (an InitPlan, once), so a slot created
+// again (lost in a failover) hands the table path what the new slot does
+// not stream, without restarting any relay.
+func captureStreamed(captureTable, a, slot string) string {
+	return a + `status = 'pending' AND ` + a + `available_at <= ` + a + `created_at AND ` + a + `updated_at = ` + a + `created_at
+    AND coalesce(NOT pg_visible_in_snapshot(` + a + `txid, (SELECT c.snapshot FROM ` + captureTable + ` c WHERE c.slot_name = ` + slot + `::text)), false)`
 }
 
 // CaptureSlot is a capture relay's replication slot and publication, as
@@ -83,11 +89,13 @@ func isDuplicate(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.SQLState() == "42710"
 }
 
-// SlotExists reports whether the replication slot exists in this database.
-func (d *Driver) SlotExists(ctx context.Context, slot string) (bool, error) {
-	var exists bool
-	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database())`, slot).Scan(&exists)
-	return exists, wrap(err)
+// SlotExists reports whether the replication slot exists in this database,
+// and whether the server invalidated it (wal_status lost: it kept more WAL
+// than max_slot_wal_keep_size), which makes it useless.
+func (d *Driver) SlotExists(ctx context.Context, slot string) (exists, lost bool, err error) {
+	err = d.pool.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(wal_status = 'lost'), false)
+FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, slot).Scan(&exists, &lost)
+	return exists, lost, wrap(err)
 }
 
 // RecordCaptureSlot records slot with the snapshot exported by its
@@ -217,21 +225,21 @@ func (d *Driver) DropCapture(ctx context.Context, slot string) (droppedSlot, dro
 // archived per retention, and the failed ones get the table path's
 // failure mark (attempts + 1, last_error, back to pending after the delay,
 // or failed at max attempts or when permanent). Every statement touches
-// only rows that are still as the stream found them (CaptureStreamed), so
+// only rows that are still as the stream found them (captureStreamed), so
 // a replay after a crash changes nothing the first pass or the table path
-// already settled. snap is the slot's snapshot.
-func (d *Driver) CaptureSettle(ctx context.Context, snap, relayID string, retention driver.Retention, delivered []int64,
+// already settled. slot names the capture slot.
+func (d *Driver) CaptureSettle(ctx context.Context, slot, relayID string, retention driver.Retention, delivered []int64,
 	maxAttempts int, failures []driver.Failure,
 ) (driver.FailResult, error) {
 	var res driver.FailResult
-	streamed := CaptureStreamed("$2")
+	streamed := captureStreamed(d.captureTable(), "", "$2")
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		res = driver.FailResult{}
 		if len(delivered) > 0 {
 			var err error
 			switch retention {
 			case driver.RetainDelete:
-				_, err = tx.Exec(ctx, `DELETE FROM `+d.table+` WHERE id = ANY($1::bigint[]) AND `+streamed, delivered, snap)
+				_, err = tx.Exec(ctx, `DELETE FROM `+d.table+` WHERE id = ANY($1::bigint[]) AND `+streamed, delivered, slot)
 			case driver.RetainArchive:
 				_, err = tx.Exec(ctx, `WITH moved AS (
     DELETE FROM `+d.table+` WHERE id = ANY($1::bigint[]) AND `+streamed+`
@@ -243,11 +251,11 @@ INSERT INTO `+d.archiveTable()+` (id, event_type, aggregate_type, aggregate_id, 
 SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
     'processed', attempts, max_attempts, last_error, available_at, $3, created_at, now(), now()
 FROM moved
-ON CONFLICT DO NOTHING`, delivered, snap, relayID)
+ON CONFLICT DO NOTHING`, delivered, slot, relayID)
 			default:
 				_, err = tx.Exec(ctx, `UPDATE `+d.table+`
 SET status = 'processed', processed_at = now(), updated_at = now(), locked_by = $3
-WHERE id = ANY($1::bigint[]) AND `+streamed, delivered, snap, relayID)
+WHERE id = ANY($1::bigint[]) AND `+streamed, delivered, slot, relayID)
 			}
 			if err != nil {
 				return err
@@ -276,8 +284,8 @@ SET attempts = e.attempts + 1,
     locked_by = $7,
     updated_at = now()
 FROM unnest($1::bigint[], $3::text[], $4::boolean[], $5::bigint[]) AS f(id, error, permanent, delay_ms)
-WHERE e.id = f.id AND `+CaptureStreamedAs("e", "$2")+`
-RETURNING e.id, e.status`, ids, snap, msgs, permanent, delays, maxAttempts, relayID)
+WHERE e.id = f.id AND `+captureStreamed(d.captureTable(), "e.", "$2")+`
+RETURNING e.id, e.status`, ids, slot, msgs, permanent, delays, maxAttempts, relayID)
 		if err != nil {
 			return err
 		}
@@ -294,13 +302,6 @@ RETURNING e.id, e.status`, ids, snap, msgs, permanent, delays, maxAttempts, rela
 		return err
 	})
 	return res, wrap(err)
-}
-
-// CaptureStreamedAs is CaptureStreamed on the rows of alias.
-func CaptureStreamedAs(alias, snap string) string {
-	a := alias + "."
-	return a + `status = 'pending' AND ` + a + `available_at <= ` + a + `created_at AND ` + a + `updated_at = ` + a +
-		`created_at AND NOT pg_visible_in_snapshot(` + a + `txid, ` + snap + `::pg_snapshot)`
 }
 
 // archiveTable is the quoted outbox_events_archive.

@@ -75,9 +75,10 @@ RETURNING ` + claimColumns
 	// never leases (and never delays) events meant for another relay.
 	const typeFilter = "\n      AND event_type LIKE ANY($4::text[])"
 	q.claimFiltered = claim(typeFilter)
-	// The table path of a capture relay (driver.ClaimParams.CaptureSnapshot)
-	// takes what the stream leaves to it: the negation of CaptureStreamed.
-	q.claimCapture = claim("\n      AND NOT (" + CaptureStreamed("$4") + ")")
+	// The table path of a capture relay (driver.ClaimParams.CaptureSlot)
+	// takes what the stream leaves to it: the negation of captureStreamed.
+	capture := strings.TrimSuffix(t, `outbox_events"`) + `outbox_capture"`
+	q.claimCapture = claim("\n      AND NOT (" + captureStreamed(capture, "", "$4") + ")")
 
 	// With a byte budget (RelayConfig.MaxBatchBytes) the claim takes the
 	// locked rows in claim order while their running total of stored bytes

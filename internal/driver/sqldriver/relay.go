@@ -15,7 +15,7 @@ import (
 // that clock plus the lease, so it is the database's time, and it is bound
 // as the stored text so that the fence compares exactly.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim, error) {
-	if p.CaptureSnapshot != "" {
+	if p.CaptureSlot != "" {
 		return driver.Claim{}, errors.New("change-data capture needs PostgreSQL")
 	}
 	var claim driver.Claim

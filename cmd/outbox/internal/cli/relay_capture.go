@@ -94,7 +94,7 @@ func (a *app) runCaptureRelay(ctx context.Context, pc *pgxpool.Config, cfg outbo
 		}
 		return err
 	}
-	cfg.CaptureSnapshot = slot.Snapshot
+	cfg.CaptureSlot = slot.Name
 	relay, err := outbox.NewRelay(db, cfg)
 	if err != nil {
 		return relayConfigError(err)
