@@ -179,7 +179,10 @@ func (r *Relay) stream(ctx context.Context) error {
 	// the chunks channel's close ends them after the last chunk (a stop).
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
-	chunks := make(chan chunk, 256)
+	// A few chunks queue at most: while the publisher is busy the
+	// receiver grows its current chunk up to BatchSize instead, so memory
+	// stays within a few batches however large the burst.
+	chunks := make(chan chunk, 4)
 	settles := make(chan settlement, 64)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.publishLoop(work, chunks, settles) })
@@ -276,6 +279,10 @@ func (c *receiver) run(ctx context.Context) error {
 			}
 		}
 		deadline := c.next
+		if c.cur.end != 0 && !c.offer() {
+			// A finished commit waits for the busy publisher.
+			deadline = time.Now().Add(time.Millisecond)
+		}
 		if c.sentSeq != c.r.settledSeq.Load() || pglogrepl.LSN(c.r.confirmed.Load()) != c.sentPos {
 			// Chunks in flight: report each settled one promptly, so a
 			// crash replays as little as possible.
@@ -382,9 +389,25 @@ func (c *receiver) logical(ctx context.Context, data []byte) error {
 			c.cur = chunk{}
 			return nil
 		}
-		return c.send(ctx)
+		// To the publisher if it is free; else the chunk grows with the
+		// next commits, and run offers it again.
+		c.offer()
 	}
 	return nil
+}
+
+// offer hands the current chunk to the publisher if it can take it now,
+// and reports whether it did.
+func (c *receiver) offer() bool {
+	c.cur.seq = c.sentSeq + 1
+	select {
+	case c.chunks <- c.cur:
+		c.sentSeq++
+		c.cur = chunk{}
+		return true
+	default:
+		return false
+	}
 }
 
 // send hands the current chunk to the publisher, keeping the server
@@ -418,7 +441,7 @@ func (c *receiver) send(ctx context.Context) error {
 // transaction, and up to the server's sent position when nothing is in
 // flight.
 func (c *receiver) sendStatus(ctx context.Context, reply bool) error {
-	if !c.inTx && len(c.cur.events) == 0 && c.sentSeq == c.r.settledSeq.Load() && c.walEnd > 0 {
+	if !c.inTx && len(c.cur.events) == 0 && len(c.cur.bad) == 0 && c.sentSeq == c.r.settledSeq.Load() && c.walEnd > 0 {
 		c.r.advance(c.walEnd)
 	}
 	pos := pglogrepl.LSN(c.r.confirmed.Load())
