@@ -26,20 +26,44 @@ const settleMax = 10000
 
 // publishLoop publishes the chunks in order, a batch of up to BatchSize
 // events at a time (what queued while the last publish ran), and hands
-// each batch's outcome to the settler in the same order.
+// the outcomes to the settler in the same order. It never waits for the
+// settler: while the settler is busy, the outcomes merge into one
+// settlement (IDs only), so a slow mark delays the confirmed position, not
+// delivery.
 func (r *Relay) publishLoop(ctx context.Context, chunks <-chan chunk, settles chan<- settlement) {
 	defer close(settles)
-	var held *chunk // a chunk taken that did not fit the last batch
+	var (
+		held    *chunk      // a chunk taken that did not fit the last batch
+		pending *settlement // outcomes the settler has not taken yet
+	)
+	defer func() {
+		if pending != nil {
+			select {
+			case settles <- *pending:
+			case <-ctx.Done():
+			}
+		}
+	}()
 	for {
 		var first chunk
 		if held != nil {
 			first, held = *held, nil
 		} else {
-			c, ok := <-chunks
-			if !ok {
-				return
+			var out chan<- settlement // nil, so never chosen, without pending
+			var s settlement
+			if pending != nil {
+				out, s = settles, *pending
 			}
-			first = c
+			select {
+			case c, ok := <-chunks:
+				if !ok {
+					return
+				}
+				first = c
+			case out <- s:
+				pending = nil
+				continue
+			}
 		}
 		batch := []chunk{first}
 		n := len(first.events)
@@ -64,12 +88,28 @@ func (r *Relay) publishLoop(ctx context.Context, chunks <-chan chunk, settles ch
 		if !ok {
 			return // stopped while the sink was unavailable: replayed later
 		}
+		if pending != nil {
+			pending.merge(s)
+		} else {
+			pending = &s
+		}
 		select {
-		case settles <- s:
-		case <-ctx.Done():
-			return
+		case settles <- *pending:
+			pending = nil
+		default:
 		}
 	}
+}
+
+// merge appends more, published after s, to s.
+func (s *settlement) merge(more settlement) {
+	s.txids = append(s.txids, more.txids...)
+	s.delivered = append(s.delivered, more.delivered...)
+	s.failures = append(s.failures, more.failures...)
+	if more.end > s.end {
+		s.end = more.end
+	}
+	s.seq = more.seq
 }
 
 // publish sends a batch. While the sink reports every event unavailable
@@ -81,6 +121,7 @@ func (r *Relay) publish(ctx context.Context, batch []chunk, n int) (settlement, 
 	var s settlement
 	for _, c := range batch {
 		events = append(events, c.events...)
+		s.txids = append(s.txids, c.txids...)
 		s.failures = append(s.failures, c.bad...)
 		if c.end > s.end {
 			s.end = c.end
@@ -151,12 +192,7 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement) {
 				if !ok {
 					break merge
 				}
-				s.delivered = append(s.delivered, more.delivered...)
-				s.failures = append(s.failures, more.failures...)
-				if more.end > s.end {
-					s.end = more.end
-				}
-				s.seq = more.seq
+				s.merge(more)
 			default:
 				break merge
 			}
@@ -187,7 +223,7 @@ func (r *Relay) settle(ctx context.Context, s settlement) bool {
 	for attempt := 0; ; attempt++ {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		res, err := r.drv.CaptureSettle(sctx, r.slot.Name, r.cfg.RelayID, driver.Retention(r.cfg.Retention),
-			s.delivered, r.cfg.MaxAttempts, fails)
+			s.txids, s.delivered, r.cfg.MaxAttempts, fails)
 		cancel()
 		if err == nil {
 			if len(res.Retried) > 0 || len(res.Dead) > 0 {

@@ -140,14 +140,23 @@ func (r *Relay) Run(ctx context.Context) error {
 // transaction whose commit closed it.
 type chunk struct {
 	events []outbox.Event
+	txids  []uint64  // the events' transactions, for the settler's visibility wait
 	bad    []failure // rows the stream could not read: dead-lettered
 	end    pglogrepl.LSN
 	seq    uint64
 }
 
+// addTxid records the transaction of an event of the chunk.
+func (c *chunk) addTxid(txid uint64) {
+	if txid != 0 && (len(c.txids) == 0 || c.txids[len(c.txids)-1] != txid) {
+		c.txids = append(c.txids, txid)
+	}
+}
+
 // settlement is a published run of chunks: what to mark, and the position
 // that becomes confirmed once it is marked.
 type settlement struct {
+	txids     []uint64
 	delivered []int64
 	failures  []failure
 	end       pglogrepl.LSN
@@ -183,7 +192,7 @@ func (r *Relay) stream(ctx context.Context) error {
 	// receiver grows its current chunk up to BatchSize instead, so memory
 	// stays within a few batches however large the burst.
 	chunks := make(chan chunk, 4)
-	settles := make(chan settlement, 64)
+	settles := make(chan settlement, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.publishLoop(work, chunks, settles) })
 	wg.Go(func() { r.settleLoop(work, settles) })
@@ -362,7 +371,7 @@ func (c *receiver) logical(ctx context.Context, data []byte) error {
 		if rel == nil {
 			return nil
 		}
-		ev, ok, err := rel.decode(m.Tuple)
+		ev, txid, ok, err := rel.decode(m.Tuple)
 		if err != nil {
 			if ev.ID == 0 {
 				return fmt.Errorf("cannot read an inserted outbox row: %w", err)
@@ -372,9 +381,11 @@ func (c *receiver) logical(ctx context.Context, data []byte) error {
 			c.r.log.Error("cannot decode an inserted outbox row; dead-lettering it",
 				slog.Int64("event_id", ev.ID), slog.String("error", err.Error()))
 			c.cur.bad = append(c.cur.bad, failure{id: ev.ID, err: outbox.Permanent(fmt.Errorf("capture: %w", err))})
+			c.cur.addTxid(txid)
 			return nil
 		}
 		if ok {
+			c.cur.addTxid(txid)
 			c.cur.events = append(c.cur.events, ev)
 			if len(c.cur.events) >= c.r.cfg.BatchSize {
 				return c.send(ctx)

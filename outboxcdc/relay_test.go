@@ -108,12 +108,16 @@ func (b bundle) start(t *testing.T, sink outbox.Sink, tweak func(*outboxcdc.Conf
 			t.Errorf("capture relay: %v", err)
 		}
 	})
-	wg.Go(func() {
-		if err := table.Run(ctx); err != nil {
+	if err := table.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() {
+		cancel()
+		wg.Wait()
+		if err := table.Stop(context.Background()); err != nil {
 			t.Errorf("table relay: %v", err)
 		}
-	})
-	stop := func() { cancel(); wg.Wait() }
+	}
 	t.Cleanup(stop)
 	return r, stop
 }
@@ -218,6 +222,25 @@ func testFallsBackToTablePath(t *testing.T, url string) {
 		}
 		b.insert(t, typ)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			rows, _ := b.pool.Query(context.Background(), `SELECT id, event_type, status, attempts, coalesce(last_error, ''), available_at > now() FROM `+b.table+` WHERE status <> 'processed' ORDER BY id`)
+			for rows.Next() {
+				var id int64
+				var typ, status, lastErr string
+				var attempts int
+				var later bool
+				_ = rows.Scan(&id, &typ, &status, &attempts, &lastErr, &later)
+				t.Logf("event %d %s: %s, %d attempts, %q, later %v", id, typ, status, attempts, lastErr, later)
+			}
+			rows.Close()
+			var ids []int64
+			for _, e := range rec.Events() {
+				ids = append(ids, e.ID)
+			}
+			t.Logf("delivered: %v", ids)
+		}
+	})
 	testutil.WaitFor(t, 20*time.Second, "every event settled", func() bool {
 		return b.count(t, `status = 'processed'`) == len(want) && b.count(t, `status = 'failed'`) == 3
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -228,13 +229,40 @@ func (d *Driver) DropCapture(ctx context.Context, slot string) (droppedSlot, dro
 // only rows that are still as the stream found them (captureStreamed), so
 // a replay after a crash changes nothing the first pass or the table path
 // already settled. slot names the capture slot.
-func (d *Driver) CaptureSettle(ctx context.Context, slot, relayID string, retention driver.Retention, delivered []int64,
-	maxAttempts int, failures []driver.Failure,
+//
+// txids are the events' transactions. Logical decoding hands out a
+// transaction as soon as its commit record is flushed, a moment before
+// the transaction becomes visible to other sessions; a mark in that moment
+// would not see its rows and leave them pending for good. So the settle
+// first waits (polling every millisecond, within ctx) until every one of
+// them is visible; the marks, later statements of a READ COMMITTED
+// transaction, then see their rows.
+func (d *Driver) CaptureSettle(ctx context.Context, slot, relayID string, retention driver.Retention, txids []uint64,
+	delivered []int64, maxAttempts int, failures []driver.Failure,
 ) (driver.FailResult, error) {
 	var res driver.FailResult
 	streamed := captureStreamed(d.captureTable(), "", "$2")
+	xids := make([]string, len(txids))
+	for i, x := range txids {
+		xids[i] = strconv.FormatUint(x, 10)
+	}
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		res = driver.FailResult{}
+		for len(xids) > 0 {
+			var running int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM unnest($1::text[]::xid8[]) AS x
+WHERE NOT pg_visible_in_snapshot(x, pg_current_snapshot())`, xids).Scan(&running); err != nil {
+				return err
+			}
+			if running == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
 		if len(delivered) > 0 {
 			var err error
 			switch retention {
