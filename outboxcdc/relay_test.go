@@ -338,6 +338,13 @@ func testBacklogAndLostSlot(t *testing.T, url string) {
 	// The slot disappears while no relay runs (a failover to a server
 	// without it); events written meanwhile are in no stream.
 	slot := outboxcdc.SlotName(b.schema, "")
+	testutil.WaitFor(t, 10*time.Second, "the walsender gone", func() bool {
+		var active bool
+		if err := b.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		return !active
+	})
 	if _, err := b.pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
 		t.Fatal(err)
 	}
