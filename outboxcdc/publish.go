@@ -185,6 +185,8 @@ func allUnavailable(errs []error) bool {
 // the stream ends (then the events are replayed: at least once).
 func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement) {
 	for s := range settles {
+		// Gather for SettleInterval: one mark for many publishes.
+		gather := time.NewTimer(r.cfg.SettleInterval)
 	merge:
 		for len(s.delivered)+len(s.failures) < settleMax {
 			select {
@@ -193,10 +195,11 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement) {
 					break merge
 				}
 				s.merge(more)
-			default:
+			case <-gather.C:
 				break merge
 			}
 		}
+		gather.Stop()
 		if !r.settle(ctx, s) {
 			// Drain without confirming: what follows is replayed.
 			for range settles {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,7 +123,7 @@ func (b bundle) start(t *testing.T, sink outbox.Sink, tweak func(*outboxcdc.Conf
 }
 
 func quiet() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // insert writes one event per type with plain SQL in one transaction.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -127,8 +128,27 @@ func Drop(ctx context.Context, pool *pgxpool.Pool, schema, group string) (droppe
 	if schema == "" {
 		schema = "public"
 	}
-	return pgdriver.New(pool, schema).DropCapture(ctx, SlotName(schema, group))
+	d := pgdriver.New(pool, schema)
+	name := SlotName(schema, group)
+	// A relay that just stopped leaves its walsender for a moment: give
+	// it dropWait to release the slot.
+	deadline := time.Now().Add(dropWait)
+	for {
+		lag, found, err := d.ReplicationSlotLag(ctx, name)
+		if err != nil || !found || !lag.Active || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return d.DropCapture(ctx, name)
 }
+
+// dropWait is how long Drop waits for an active slot to be released.
+const dropWait = 5 * time.Second
 
 // isObjectInUse reports SQLSTATE 55006: the slot is active for another
 // process.

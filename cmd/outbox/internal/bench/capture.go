@@ -85,7 +85,9 @@ func (r *Runner) startCapture(ctx context.Context, p pools, s scratch, retention
 	}
 	relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{
 		Sink: sink, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
-		PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, CaptureSlot: slot.Name,
+		// The table path carries retries and the backlog only: it polls
+		// at the relay's default, as `outbox relay --capture logical`.
+		PollInterval: max(r.cfg.PollInterval, outbox.PollIntervalDefault), Retention: retention, Logger: r.cfg.Logger, CaptureSlot: slot.Name,
 	})
 	if err != nil {
 		return nil, errors.Join(err, drop(ctx))
@@ -139,7 +141,10 @@ func (r *Runner) captureDrain(ctx context.Context, retention outbox.Retention) (
 			return err
 		}
 		r.progress("drain (%s, capture logical): writing a burst of %d events", retention, r.cfg.Events)
-		if err := s.prefill(ctx, r.cfg.Events, r.payload); err != nil {
+		if err := burst(ctx, pool, s, r.cfg.Events, r.cfg.BatchSize, r.payload); err != nil {
+			return errors.Join(err, dropSlot(ctx, pool, s))
+		}
+		if err := s.settle(ctx); err != nil {
 			return errors.Join(err, dropSlot(ctx, pool, s))
 		}
 		if rep.Table.Before, err = s.tableSize(ctx); err != nil {
@@ -182,6 +187,20 @@ func (r *Runner) captureDrain(ctx context.Context, retention outbox.Retention) (
 		return nil
 	})
 	return rep, err
+}
+
+// burst writes n events in transactions of size events each, as a burst
+// of application writes would: the slot streams them in commit order.
+func burst(ctx context.Context, pool *pgxpool.Pool, s scratch, n, size int, payload []byte) error {
+	table := s.(*pgScratch).table
+	for done := 0; done < n; done += size {
+		k := min(size, n-done)
+		if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (event_type, aggregate_type, aggregate_id, payload)
+SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::int) AS g`, k, string(payload)); err != nil {
+			return fmt.Errorf("burst: %w", err)
+		}
+	}
+	return nil
 }
 
 // dropSlot drops s's capture slot after a failed setup.
