@@ -165,18 +165,19 @@ func sqlState(err error) string {
 	return ""
 }
 
-// Abandoned is a capture slot no relay streams from.
-type Abandoned = pgdriver.AbandonedSlot
+// SlotState is a capture slot of a schema and whether a relay streams
+// from it.
+type SlotState = pgdriver.RecordedSlot
 
-// AbandonedSlots lists the capture slots of schema that exist but that no
-// relay streams from: each keeps WAL on the server's disk, which fills
-// while it grows. A poll relay reports them when it starts (`outbox relay`
-// without --capture logical on a table where a capture relay ran once);
-// start a capture relay of the group or drop the slot with `outbox migrate
-// --drop-logical`.
-func AbandonedSlots(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Abandoned, error) {
+// Slots lists the capture slots of schema that exist. One that is not
+// Active keeps WAL on the server's disk, which fills while it grows: start
+// a capture relay of its group or drop it with `outbox migrate
+// --drop-logical`. A poll relay reports them when it starts: an inactive
+// one as left behind, an active one because the poll relay would deliver
+// the events the stream delivers a second time.
+func Slots(ctx context.Context, pool *pgxpool.Pool, schema string) ([]SlotState, error) {
 	if schema == "" {
 		schema = "public"
 	}
-	return pgdriver.New(pool, schema).AbandonedCaptureSlots(ctx)
+	return pgdriver.New(pool, schema).CaptureSlots(ctx)
 }

@@ -201,6 +201,10 @@ func TestCaptureRelayBinary(t *testing.T) {
 		t.Parallel()
 		testCaptureSlotLeftBehind(t, c)
 	})
+	t.Run("PollRelayBesideCaptureIsWarned", func(t *testing.T) {
+		t.Parallel()
+		testPollBesideCapture(t, c)
+	})
 }
 
 func testCaptureSIGKILL(t *testing.T, c *pgcluster.Cluster) {
@@ -309,6 +313,24 @@ func testCaptureSlotLeftBehind(t *testing.T, c *pgcluster.Cluster) {
 	res := run(t, nil, "--database-url", db.url, "--schema", db.schema, "migrate", "--drop-logical")
 	requireOK(t, res)
 	require.Contains(t, res.stdout, "dropped logical replication slot and publication")
+}
+
+func testPollBesideCapture(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	srv := newCaptureServer(t)
+	capture := start(t, nil, db.relayArgs(srv.URL, "capture")...)
+	testutil.WaitFor(t, 20*time.Second, "the capture relay streams", func() bool {
+		require.False(t, capture.exited(), "capture relay exited; stderr:\n%s", capture.stderr.String())
+		return db.holder(t) == "capture"
+	})
+	poll := start(t, nil, "--database-url", db.url, "--schema", db.schema, "relay", "--sink", srv.URL, "--relay-id", "poll", "--log-level", "warn")
+	testutil.WaitFor(t, 20*time.Second, "the poll relay warned", func() bool {
+		return strings.Contains(poll.stderr.String(), "a relay --capture logical streams from this table")
+	})
+	require.NotContains(t, poll.stderr.String(), "left behind")
+	db.waitRelays(t, 2)
+	require.Equal(t, 0, poll.stop(t, syscall.SIGTERM), poll.stderr.String())
+	require.Equal(t, 0, capture.stop(t, syscall.SIGTERM), capture.stderr.String())
 }
 
 func TestCaptureRelaySurvivesDatabaseCrash(t *testing.T) {

@@ -335,32 +335,31 @@ RETURNING e.id, e.status`, ids, slot, msgs, permanent, delays, maxAttempts, rela
 // archiveTable is the quoted outbox_events_archive.
 func (d *Driver) archiveTable() string { return d.ident("outbox_events_archive") }
 
-// AbandonedSlot is a capture slot of the schema that no relay streams
-// from.
-type AbandonedSlot struct {
+// RecordedSlot is a capture slot of the schema, as pg_replication_slots
+// shows it.
+type RecordedSlot struct {
 	Name          string
+	Active        bool // a capture relay streams from it
 	RetainedBytes int64
 }
 
-// AbandonedCaptureSlots lists the recorded capture slots of the schema
-// that exist and are not in use: each keeps WAL on the server's disk until
-// a capture relay streams from it or it is dropped. None when capture was
-// never set up.
-func (d *Driver) AbandonedCaptureSlots(ctx context.Context) ([]AbandonedSlot, error) {
+// CaptureSlots lists the recorded capture slots of the schema that exist:
+// an inactive one keeps WAL on the server's disk until a capture relay
+// streams from it or it is dropped. None when capture was never set up.
+func (d *Driver) CaptureSlots(ctx context.Context) ([]RecordedSlot, error) {
 	var exists bool
 	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, d.captureTable()).Scan(&exists); err != nil || !exists {
 		return nil, wrap(err)
 	}
-	rows, err := d.pool.Query(ctx, `SELECT s.slot_name, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint
+	rows, err := d.pool.Query(ctx, `SELECT s.slot_name, s.active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint
 FROM `+d.captureTable()+` c JOIN pg_replication_slots s ON s.slot_name = c.slot_name
-WHERE NOT s.active
 ORDER BY 1`)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	var out []AbandonedSlot
-	var s AbandonedSlot
-	_, err = pgx.ForEachRow(rows, []any{&s.Name, &s.RetainedBytes}, func() error {
+	var out []RecordedSlot
+	var s RecordedSlot
+	_, err = pgx.ForEachRow(rows, []any{&s.Name, &s.Active, &s.RetainedBytes}, func() error {
 		out = append(out, s)
 		return nil
 	})

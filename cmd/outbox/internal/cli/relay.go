@@ -336,7 +336,7 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 		return a.tableError(err)
 	}
 	if pgPool != nil {
-		a.warnAbandonedSlots(ctx, pgPool, cfg.Schema)
+		a.warnCaptureSlots(ctx, pgPool, cfg.Schema)
 	}
 	observers, err := a.startObservers(ctx, obs, db, &cfg, sinkName)
 	if err != nil {

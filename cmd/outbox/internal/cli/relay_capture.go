@@ -128,18 +128,26 @@ func (a *app) runCaptureRelay(ctx context.Context, pc *pgxpool.Config, cfg outbo
 	return errors.Join(streamErr, tableErr)
 }
 
-// warnAbandonedSlots reports, once at start, the capture slots of the
-// schema that no relay streams from: each keeps WAL on the server's disk.
-// PgBouncer in transaction mode hides nothing here: the query is plain.
-func (a *app) warnAbandonedSlots(ctx context.Context, pool *pgxpool.Pool, schema string) {
+// warnCaptureSlots reports, once at a poll relay's start, the capture
+// slots of the schema: one that no relay streams from keeps WAL on the
+// server's disk; one that a capture relay streams from means this poll
+// relay competes with it for fresh events, each then possibly delivered
+// twice. PgBouncer in transaction mode hides nothing here: the query is
+// plain.
+func (a *app) warnCaptureSlots(ctx context.Context, pool *pgxpool.Pool, schema string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	slots, err := outboxcdc.AbandonedSlots(ctx, pool, schema)
+	slots, err := outboxcdc.Slots(ctx, pool, schema)
 	if err != nil {
 		a.logger.Debug("reading capture slots failed", "error", err.Error())
 		return
 	}
 	for _, s := range slots {
+		if s.Active {
+			a.logger.Warn("a relay --capture logical streams from this table: this poll relay claims the same fresh events, and each may be delivered twice; run it on another schema, or stop it and let the capture relays' table path retry failures (docs/cdc.md, Both modes side by side)",
+				"slot", s.Name)
+			continue
+		}
 		a.logger.Warn("a logical replication slot of relay --capture logical is left behind: no relay streams from it, and it keeps WAL on the database server's disk until it is used or dropped; run outbox relay --capture logical for its group, or drop it with outbox migrate --drop-logical",
 			"slot", s.Name, "retained_bytes", s.RetainedBytes)
 	}
