@@ -211,7 +211,12 @@ func testFallsBackToTablePath(t *testing.T, url string) {
 		}
 		return nil
 	})
-	b.start(t, rec, func(_ *outboxcdc.Config, r *outbox.RelayConfig) { r.MaxAttempts = 3 })
+	b.start(t, rec, func(c *outboxcdc.Config, r *outbox.RelayConfig) {
+		r.MaxAttempts = 3
+		// Mark at once: a mark right after the stream handed a commit out
+		// must wait until the commit is visible.
+		c.SettleInterval = time.Microsecond
+	})
 	var want []string
 	for i := range 60 {
 		typ := fmt.Sprintf("ok.%d", i)
