@@ -133,7 +133,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.Equal(t, "blue", get("capture-group").str)
 	require.Equal(t, 536870912, get("max-slot-lag").num)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:29)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:30)", get("lease").origin())
 	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")
 	require.Equal(t, 30*24*time.Hour, get("purge-failed-after").dur)
 	require.Equal(t, 30*time.Minute, get("purge-interval").dur)
