@@ -192,6 +192,15 @@ type RelayConfig struct {
 	// unfinished event is dead-lettered, in ordered mode. Defaults to
 	// OrderedFailureBlock.
 	OrderedFailure OrderedFailure
+	// CaptureSlot, when not empty, makes this relay the table path of the
+	// change-data-capture relay (package outboxcdc, PostgreSQL only) that
+	// streams from this replication slot (outboxcdc.Slot.Name): it claims
+	// only the events the stream does not deliver, those written before
+	// the slot existed, those written with a delay, and those whose
+	// publish from the stream failed (which keep their retry schedule,
+	// backoff and dead-lettering). Leave it empty otherwise. It cannot be
+	// combined with EventTypes, MaxBatchBytes or OrderingAggregate.
+	CaptureSlot string
 	// PurgeAfter, when positive, makes the fleet's leading relay delete
 	// processed events (and archived ones) older than this, every
 	// PurgeInterval, in batches of PurgeBatchSize, as Manager.Purge does.
@@ -338,6 +347,8 @@ func (c RelayConfig) Validate() error {
 		return bad("DBTimeout", "is %v, not shorter than the lease (%v): a claim could return events whose lease already ended; lower it", c.DBTimeout, c.Lease)
 	case c.MaxAttempts < 1:
 		return bad("MaxAttempts", "is %d: use at least 1", c.MaxAttempts)
+	case c.CaptureSlot != "" && (len(c.EventTypes) > 0 || c.MaxBatchBytes > 0 || c.Ordering == OrderingAggregate):
+		return bad("CaptureSlot", "is set with EventTypes, MaxBatchBytes or aggregate ordering: the table path of a capture relay serves every event type, without a byte budget, in commit order from the stream; remove them")
 	case c.BackoffBase <= 0:
 		return bad("BackoffBase", "is %v: use a positive duration", c.BackoffBase)
 	case c.BackoffMax < c.BackoffBase:

@@ -505,7 +505,8 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 		return r.claimOrdered(ctx, size)
 	}
 	return r.drv.Claim(ctx, driver.ClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
-		Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes)})
+		Lease: r.cfg.Lease, EventTypes: r.cfg.EventTypes, MaxBytes: int64(r.cfg.MaxBatchBytes),
+		CaptureSlot: r.cfg.CaptureSlot})
 }
 
 // handle publishes a claimed batch and settles every event's outcome; a

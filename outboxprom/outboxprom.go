@@ -131,6 +131,7 @@ type Metrics struct {
 	lastBatch    prometheus.Gauge
 	sinkUp       prometheus.Gauge
 	circuit      *prometheus.GaugeVec
+	slotLag      *prometheus.GaugeVec
 	schedule     scheduleMetrics
 
 	table *tableCollector // nil without a Manager
@@ -184,10 +185,12 @@ func New(cfg Config) (*Metrics, error) {
 	m.circuit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outbox_sink_circuit_state",
 		Help: "1 for the current state of the relay's circuit on its sink (closed, open or half-open), 0 for the others.", ConstLabels: relayLabels}, []string{"state"})
 	m.setSinkState(outbox.CircuitClosed)
+	m.slotLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outbox_replication_slot_lag_bytes",
+		Help: "Bytes of WAL the capture relay's logical replication slot keeps on the server (current WAL position minus the slot's restart_lsn), read every 10s; only relays with --capture logical report it.", ConstLabels: relayLabels}, []string{"slot"})
 
 	collectors := []prometheus.Collector{
 		m.published, publishErrors, m.retried, m.dead, m.released, m.expired, m.commitToPub,
-		m.claimDur, m.publishDur, m.markDur, m.batchSize, m.relayUp, m.lastBatch, m.sinkUp, m.circuit,
+		m.claimDur, m.publishDur, m.markDur, m.batchSize, m.relayUp, m.lastBatch, m.sinkUp, m.circuit, m.slotLag,
 	}
 	collectors = append(collectors, m.newScheduleMetrics(relayLabels)...)
 	if cfg.Manager != nil {
@@ -225,6 +228,21 @@ func (m *Metrics) Handler() http.Handler {
 		})
 	}
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// SetReplicationSlotLag sets outbox_replication_slot_lag_bytes for slot:
+// the WAL the slot retains, as outboxcdc.Config.OnSlotLag reports it.
+func (m *Metrics) SetReplicationSlotLag(slot string, bytes int64) {
+	m.slotLag.WithLabelValues(slot).Set(float64(bytes))
+}
+
+// ObserveCapture counts a publish of the capture stream (outboxcdc): the
+// events delivered in outbox_published_total, the failed ones in
+// outbox_publish_errors_total{kind="retryable"} (the table path retries
+// them), as outboxcdc.Config.OnPublish reports them.
+func (m *Metrics) ObserveCapture(delivered, failed int) {
+	m.published.Add(float64(delivered))
+	m.errRetryable.Add(float64(failed))
 }
 
 // SetRelayUp sets outbox_relay_up: call it with true once the relay has

@@ -40,6 +40,11 @@ require (
 )
 
 require (
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
+)
+
+require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -66,6 +71,7 @@ require (
 	github.com/outboxkit/outbox/inbox/mqttinbox v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/inbox/natsinbox v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/inbox/redisinbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/outboxcdc v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

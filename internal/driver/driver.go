@@ -120,6 +120,14 @@ type ClaimParams struct {
 	// within it, and the first one always, however large, so that no event
 	// is stuck. Zero for no bound.
 	MaxBytes int64
+	// CaptureSlot, when not empty, makes the claim the table path of the
+	// change-data-capture relay streaming from this replication slot
+	// (PostgreSQL only): it takes only the events the stream leaves to the
+	// table, those written before the slot existed (visible in the
+	// snapshot recorded with it in outbox_capture), those written with a
+	// delay, and those whose row changed since it was written (a failed
+	// publish, a requeue).
+	CaptureSlot string
 }
 
 // Claim is a leased batch. LockedUntil is the lease's end as the database

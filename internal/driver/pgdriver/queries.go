@@ -6,6 +6,7 @@ import "strings"
 type queries struct {
 	claim, claimFiltered                           string
 	claimBudget, claimFilteredBudget               string
+	claimCapture                                   string
 	markProcessed, markFailed, release             string
 	rescueSelect, rescue                           string
 	markDeleted, markArchived, purgeArchive        string
@@ -74,6 +75,10 @@ RETURNING ` + claimColumns
 	// never leases (and never delays) events meant for another relay.
 	const typeFilter = "\n      AND event_type LIKE ANY($4::text[])"
 	q.claimFiltered = claim(typeFilter)
+	// The table path of a capture relay (driver.ClaimParams.CaptureSlot)
+	// takes what the stream leaves to it: the negation of captureStreamed.
+	capture := strings.TrimSuffix(t, `outbox_events"`) + `outbox_capture"`
+	q.claimCapture = claim("\n      AND NOT (" + captureStreamed(capture, "", "$4") + ")")
 
 	// With a byte budget (RelayConfig.MaxBatchBytes) the claim takes the
 	// locked rows in claim order while their running total of stored bytes

@@ -2,6 +2,7 @@ package sqldriver
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 // that clock plus the lease, so it is the database's time, and it is bound
 // as the stored text so that the fence compares exactly.
 func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim, error) {
+	if p.CaptureSlot != "" {
+		return driver.Claim{}, errors.New("change-data capture needs PostgreSQL")
+	}
 	var claim driver.Claim
 	err := d.inTx(ctx, func(tx Tx) error {
 		var (

@@ -201,6 +201,11 @@ type Config struct {
 	// Wakes are the wake-up modes steady and latency run in, one run each.
 	// Defaults to WakePoll. WakeListen needs PostgreSQL.
 	Wakes []Wake
+	// Capture is poll (the table relay, the default), logical (the capture
+	// relay: steady and latency in wake-up mode WakeLogical, and drain as a
+	// burst written after the slot exists) or all (both, side by side).
+	// Logical needs PostgreSQL with wal_level = logical.
+	Capture string
 	// PollInterval is the relay's and the reference loop's wait after an
 	// empty claim (after a short one the relay claims again within 5ms, or
 	// PollInterval when that is shorter). Defaults to PollIntervalDefault.
@@ -234,6 +239,7 @@ func (c Config) WithDefaults() Config {
 	c.Rate = cmp.Or(c.Rate, RateDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.SchemaPrefix = cmp.Or(c.SchemaPrefix, SchemaPrefixDefault)
+	c.Capture = cmp.Or(c.Capture, CapturePoll)
 	if len(c.Retentions) == 0 {
 		c.Retentions = []outbox.Retention{outbox.RetainProcessed}
 	}
@@ -270,6 +276,8 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	switch {
+	case c.Capture != CapturePoll && c.Capture != CaptureLogical && c.Capture != CaptureAll:
+		return bad("Capture", "is %q: use %s, %s or %s", c.Capture, CapturePoll, CaptureLogical, CaptureAll)
 	case c.Events < 1 || c.Events > EventsMax:
 		return bad("Events", "is %d: use 1 to %d", c.Events, EventsMax)
 	case c.BatchSize < 1 || c.BatchSize > outbox.BatchSizeMax:

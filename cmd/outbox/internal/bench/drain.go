@@ -73,7 +73,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		}
 		waitErr := progress.wait(ctx)
 		elapsed := time.Since(start)
-		stopErr := stopRelay(ctx, relay)
+		stopErr := stopRelay(ctx, &benchRelay{Relay: relay})
 		rep.RSSPeakBytes = rss.Stop()
 		if sinkErr := rec.err(); sinkErr != nil {
 			waitErr = sinkErr // says more than errSinkFailed
@@ -120,14 +120,19 @@ func (r *Runner) verifyDrained(ctx context.Context, s scratch, retention outbox.
 	return nil
 }
 
-// stopRelay stops the relay gracefully, bounded by its shutdown timeout.
-func stopRelay(ctx context.Context, relay *outbox.Relay) error {
+// stopRelay stops the relay gracefully, bounded by its shutdown timeout;
+// a capture relay's stream first.
+func stopRelay(ctx context.Context, relay *benchRelay) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relay.Config().ShutdownTimeout)
 	defer cancel()
-	if err := relay.Stop(stopCtx); err != nil {
-		return fmt.Errorf("stop relay: %w", err)
+	var streamErr error
+	if relay.stopStream != nil {
+		streamErr = relay.stopStream(stopCtx)
 	}
-	return nil
+	if err := relay.Stop(stopCtx); err != nil {
+		return errors.Join(streamErr, fmt.Errorf("stop relay: %w", err))
+	}
+	return streamErr
 }
 
 // drainProgress is a relay hook that counts marked events and closes done

@@ -56,6 +56,10 @@ func Open(ctx context.Context, url *dburl.Config, cfg Config) (*Runner, error) {
 	if url == nil || (url.Kind == dburl.KindPostgres) != (url.Postgres != nil) {
 		return nil, &ConfigError{Field: "url", Err: errors.New("is not a URL dburl.Parse returned")}
 	}
+	if url.Kind != dburl.KindPostgres && captureStreams(cfg.Capture) {
+		return nil, &ConfigError{Field: "Capture", Err: fmt.Errorf(
+			"is %s, which streams from PostgreSQL's logical replication: %s has none, use poll", cfg.Capture, kindName(url.Kind))}
+	}
 	if url.Kind != dburl.KindPostgres && slices.Contains(cfg.Wakes, WakeListen) {
 		return nil, &ConfigError{Field: "Wakes", Err: fmt.Errorf(
 			"has listen, which needs PostgreSQL's LISTEN/NOTIFY: %s has none, use poll or process", kindName(url.Kind))}
@@ -169,6 +173,17 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 				res.Scenarios = append(res.Scenarios, dd)
 				discardRate = dd.EventsPerS
 			}
+			if captureStreams(r.cfg.Capture) {
+				c, err := r.captureDrain(ctx, mode)
+				if err != nil {
+					return res, err
+				}
+				c.DrainStats = &DrainStats{ReferenceEventsPerS: ref.EventsPerS, RatioToReference: ratio(c.EventsPerS, ref.EventsPerS)}
+				res.Scenarios = append(res.Scenarios, c)
+				if !capturePolls(r.cfg.Capture) {
+					continue
+				}
+			}
 			d, err := r.Drain(ctx, mode)
 			if err != nil {
 				return res, err
@@ -192,15 +207,16 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 		}
 	}
 	mode := r.cfg.Retentions[0]
+	wakes := captureWakes(r.cfg.Capture, r.cfg.Wakes)
 	if want[ScenarioSteady] {
-		for _, w := range r.cfg.Wakes {
+		for _, w := range wakes {
 			if err := add(r.Steady(ctx, mode, w)); err != nil {
 				return res, err
 			}
 		}
 	}
 	if want[ScenarioLatency] {
-		for _, w := range r.cfg.Wakes {
+		for _, w := range wakes {
 			if err := add(r.Latency(ctx, mode, w)); err != nil {
 				return res, err
 			}

@@ -129,7 +129,10 @@ func (r *Runner) writeAlone(ctx context.Context, s scratch, d time.Duration) ([]
 
 // startRelay starts an outbox.Relay on a relay pool of its own, woken as
 // wake says.
-func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*outbox.Relay, error) {
+func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*benchRelay, error) {
+	if wake == WakeLogical {
+		return r.startCapture(ctx, p, s, retention, sink)
+	}
 	relayID := "bench:" + s.name()
 	// One connection per batch in flight, one for the lease rescue, one
 	// for LISTEN, one spare.
@@ -147,7 +150,7 @@ func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention o
 	if err := relay.Start(ctx); err != nil {
 		return nil, err
 	}
-	return relay, nil
+	return &benchRelay{Relay: relay}, nil
 }
 
 // newWriter returns the writers' outbox.Writer for wake in the database's

@@ -25,7 +25,7 @@ import (
 var benchFlagNames = map[string]string{
 	"Events": "--events", "BatchSize": "--batch-size", "Workers": "--workers", "MaxInFlight": "--max-in-flight", "Writers": "--writers",
 	"PayloadSize": "--payload-size", "Duration": "--duration", "Rate": "--rate", "PollInterval": "--poll-interval",
-	"Retentions": "--retention", "Wakes": "--wake", "SchemaPrefix": "--schema-prefix", "OrderedKeys": "--ordered-keys",
+	"Retentions": "--retention", "Wakes": "--wake", "Capture": "--capture", "SchemaPrefix": "--schema-prefix", "OrderedKeys": "--ordered-keys",
 }
 
 // benchDiscardSink is the --sink value of the bench's own discarding sink.
@@ -198,6 +198,7 @@ scenarios that finished and exits 130.`,
 	f.StringVar(&retention, "retention", string(outbox.RetainProcessed), "what the relay does with delivered events: processed, delete, archive, or all")
 	f.IntSliceVar(&cfg.OrderedKeys, "ordered-keys", nil, "drain: after each unordered drain, an ordered one (relay --ordering aggregate) per count, with the backlog spread over that many aggregates, such as 10000,1000,10")
 	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
+	f.StringVar(&cfg.Capture, "capture", bench.CapturePoll, "poll (the table relay), logical (the relay --capture logical: steady and latency with wake logical, drain as a burst written after its slot exists; PostgreSQL with wal_level = logical), or all (both, side by side)")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
 	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")

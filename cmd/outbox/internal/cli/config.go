@@ -108,6 +108,9 @@ var fileKeys = []fileKey{
 	{"relay", "heartbeat_interval", "heartbeat-interval", kindDurationOff},
 	{"relay", "ordering", "ordering", kindOrdering},
 	{"relay", "ordered_failure", "ordered-failure", kindOrderedFailure},
+	{"relay", "capture", "capture", kindString},
+	{"relay", "capture_group", "capture-group", kindString},
+	{"relay", "max_slot_lag", "max-slot-lag", kindPositive},
 
 	{"tenants", "schemas", "tenant-schemas", kindString},
 	{"tenants", "query", "tenant-query", kindString},

@@ -75,6 +75,9 @@ relay:
   heartbeat_interval: 5s
   ordering: aggregate
   ordered_failure: skip
+  capture: logical
+  capture_group: blue
+  max_slot_lag: 536870912
 observability:
   metrics_addr: ":9464"
   alert_webhook: https://alerts.example.com/hook
@@ -126,8 +129,11 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.True(t, get("listen").flag)
 	require.Equal(t, "aggregate", get("ordering").str)
 	require.Equal(t, "skip", get("ordered-failure").str)
+	require.Equal(t, "logical", get("capture").str)
+	require.Equal(t, "blue", get("capture-group").str)
+	require.Equal(t, 536870912, get("max-slot-lag").num)
 	require.False(t, get("otel").flag)
-	require.Equal(t, "relay.lease (relay.yaml:29)", get("lease").origin())
+	require.Equal(t, "relay.lease (relay.yaml:30)", get("lease").origin())
 	require.Equal(t, 7*24*time.Hour, get("purge-after").dur, "days are allowed")
 	require.Equal(t, 30*24*time.Hour, get("purge-failed-after").dur)
 	require.Equal(t, 30*time.Minute, get("purge-interval").dur)

@@ -7,10 +7,12 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/outboxcdc"
 	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
@@ -20,6 +22,9 @@ func (a *app) migrateCommand() *cobra.Command {
 		partition string
 		tenants   tenantFlags
 		inboxOnly bool
+		logical   bool
+		dropLog   bool
+		group     string
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -37,6 +42,13 @@ deleting rows. Relays with --retention archive create the partitions ahead;
 running this again with the same period creates any that are missing. The
 period cannot be changed afterwards.
 
+With --logical (PostgreSQL with wal_level = logical) it also creates what
+relay --capture logical streams from: a publication on the outbox table and a
+logical replication slot, both named outbox_<schema>_<group>
+(--capture-group); a capture relay creates them on its first start otherwise.
+--drop-logical removes them instead, and nothing else: a slot nobody streams
+from keeps WAL on the server's disk (docs/cdc.md).
+
 With --print it prints the migrations as one SQL script instead, without
 connecting, in the SQL of the database --database-url names (PostgreSQL when
 none is given): vendor it into goose, atlas or golang-migrate.
@@ -46,7 +58,7 @@ instead (outbox receive and the Go package inbox store received messages
 there), on a migration track of its own recorded in inbox_migrations: a
 consumer's database gets the inbox alone, and a service that writes and
 consumes runs both.`,
-		Example: "  outbox migrate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql\n  outbox migrate --inbox",
+		Example: "  outbox migrate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql\n  outbox migrate --inbox\n  outbox migrate --logical\n  outbox migrate --drop-logical",
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			cfg := outboxmigrate.Config{Schema: a.schema, PartitionArchive: outboxmigrate.Period(partition)}
@@ -65,6 +77,27 @@ consumes runs both.`,
 			if inboxOnly && printSQL {
 				a.stdout.printf("%s", outboxmigrate.InboxSQL(offlineDatabase(a.databaseURLOrEnv()), cfg))
 				return nil
+			}
+			if logical && dropLog {
+				return usagef("--logical and --drop-logical exclude each other: give one")
+			}
+			if (logical || dropLog) && (printSQL || partition != "") {
+				return usagef("--logical and --drop-logical cannot be combined with --print or --partition-archive; run them apart")
+			}
+			if (logical || dropLog) && inboxOnly {
+				return usagef("--logical and --drop-logical are the outbox's: leave out --inbox")
+			}
+			if (logical || dropLog) && tenants.on() {
+				return usagef("--logical and --drop-logical work on one --schema; leave out --tenant-schemas and --tenant-query")
+			}
+			if group == "" {
+				return usagef("invalid --capture-group: is empty: name the relay group, or leave it out for %q", outboxcdc.GroupDefault)
+			}
+			if cmd.Flags().Changed("capture-group") && !logical && !dropLog {
+				return usagef("--capture-group needs --logical or --drop-logical")
+			}
+			if dropLog {
+				return a.dropLogical(cmd.Context(), group)
 			}
 			if printSQL {
 				// The script is generated offline, in the dialect the URL
@@ -132,6 +165,9 @@ consumes runs both.`,
 				}
 				a.stdout.printf("schema is now at version %d\n", res.Version)
 			}
+			if logical {
+				return a.setupLogical(cmd.Context(), group)
+			}
 			if partition == "" {
 				return nil
 			}
@@ -151,6 +187,9 @@ consumes runs both.`,
 	f.StringVar(&partition, "partition-archive", "", "partition outbox_events_archive by processed_at: daily or weekly (PostgreSQL only)")
 	tenants.addFlags(f, "migrate every schema")
 	f.BoolVar(&inboxOnly, "inbox", false, "migrate the consumer side's inbox_messages table (its own track, inbox_migrations) instead of the outbox")
+	f.BoolVar(&logical, "logical", false, "also create the publication and the logical replication slot of relay --capture logical (PostgreSQL with wal_level = logical)")
+	f.BoolVar(&dropLog, "drop-logical", false, "drop the replication slot and the publication of relay --capture logical (stop those relays first), and nothing else")
+	f.StringVar(&group, "capture-group", outboxcdc.GroupDefault, "with --logical or --drop-logical, the relay group whose slot and publication (outbox_<schema>_<group>) to create or drop")
 	return cmd
 }
 
@@ -213,4 +252,71 @@ func offlineDatabase(raw string) outbox.Database {
 		return outbox.MySQL(nil)
 	}
 	return outbox.Postgres(nil)
+}
+
+// capturePool opens a pool on the PostgreSQL database of --database-url,
+// for the logical replication commands.
+func (a *app) capturePool(ctx context.Context, flag string) (*pgxpool.Pool, *pgxpool.Config, error) {
+	db, _, err := a.parseDatabase()
+	if err != nil {
+		return nil, nil, err
+	}
+	if db.Postgres == nil {
+		return nil, nil, usagef("%s needs PostgreSQL: logical replication is PostgreSQL's, not %s's", flag, db.Kind)
+	}
+	if a.pgbouncer {
+		return nil, nil, usagef("%s needs a direct connection to PostgreSQL: PgBouncer does not pass replication connections; leave out %s", flag, a.globalName("pgbouncer"))
+	}
+	pool, err := a.open(ctx, db.Postgres)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, db.Postgres, nil
+}
+
+// setupLogical creates the capture relay's publication and slot.
+func (a *app) setupLogical(ctx context.Context, group string) error {
+	pool, pc, err := a.capturePool(ctx, "--logical")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	slot, err := outboxcdc.Setup(ctx, pool, &pc.ConnConfig.Config, a.schema, group)
+	if err != nil {
+		if errors.Is(err, outboxcdc.ErrWALLevel) {
+			return usagef("--logical: %v", err)
+		}
+		return err
+	}
+	if slot.Created {
+		a.stdout.printf("created publication and logical replication slot %s\n", slot.Name)
+	} else {
+		a.stdout.printf("publication and logical replication slot %s exist\n", slot.Name)
+	}
+	return nil
+}
+
+// dropLogical drops the capture relay's slot and publication.
+func (a *app) dropLogical(ctx context.Context, group string) error {
+	pool, _, err := a.capturePool(ctx, "--drop-logical")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	name := outboxcdc.SlotName(a.schema, group)
+	droppedSlot, droppedPub, err := outboxcdc.Drop(ctx, pool, a.schema, group)
+	if err != nil {
+		return fmt.Errorf("drop logical replication slot %s: %w", name, err)
+	}
+	switch {
+	case droppedSlot && droppedPub:
+		a.stdout.printf("dropped logical replication slot and publication %s\n", name)
+	case droppedSlot:
+		a.stdout.printf("dropped logical replication slot %s (it had no publication)\n", name)
+	case droppedPub:
+		a.stdout.printf("dropped publication %s (it had no slot)\n", name)
+	default:
+		a.stdout.printf("no logical replication slot or publication %s to drop\n", name)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
+	"github.com/outboxkit/outbox/outboxcdc"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
@@ -45,6 +46,9 @@ type relayFlags struct {
 	retention  string
 	ordering   string
 	failure    string // --ordered-failure
+	capture    string // --capture: poll or logical
+	group      string // --capture-group
+	maxSlotLag int    // --max-slot-lag, bytes
 	eventTypes []string
 	route      string
 	routeRules []string
@@ -124,6 +128,9 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.retention, "retention", string(outbox.RetainProcessed), "what happens to a delivered event's row: processed (kept), delete, or archive (moved to outbox_events_archive)")
 	f.StringVar(&rf.ordering, "ordering", string(outbox.OrderingNone), "none, or aggregate: per aggregate (aggregate_type, aggregate_id), the sink's first acknowledgements follow the order the events were written in, across any number of relays")
 	f.StringVar(&rf.failure, "ordered-failure", string(outbox.OrderedFailureBlock), "with --ordering aggregate, what an aggregate's later events do once its first unfinished event is dead-lettered: block (wait, unsent, until it is retried) or skip (go on)")
+	f.StringVar(&rf.capture, "capture", capturePoll, "how the relay finds new events: poll (claim them from the table) or logical (stream committed inserts from a logical replication slot, PostgreSQL with wal_level = logical; failed publishes are retried from the table; docs/cdc.md)")
+	f.StringVar(&rf.group, "capture-group", outboxcdc.GroupDefault, "with --capture logical, the relay group: the slot and the publication are named outbox_<schema>_<group>; relays of one group share the slot, one streaming, the others standing by")
+	f.IntVar(&rf.maxSlotLag, "max-slot-lag", int(outboxcdc.MaxSlotLagDefault), "with --capture logical, the WAL in bytes the slot may retain on the server before the relay warns loudly (the slot keeps WAL until the relay confirms it)")
 	f.BoolVar(&rf.cfg.Listen, "listen", false, "claim as soon as a writer commits, woken by PostgreSQL NOTIFY (writers set WriterConfig.NotifyInterval), instead of polling every --poll-interval")
 	f.StringVar(&rf.route, "route", route.Default, "broker sinks: the template of each event's subject, topic, routing key or stream; placeholders {event_type}, {aggregate_type}, {aggregate_id}, {id}, {header.NAME}, with {name|fallback}")
 	f.StringArrayVar(&rf.routeRules, "route-rule", nil, "broker sinks: 'PATTERN=TEMPLATE' routes events whose type matches PATTERN to TEMPLATE instead of --route; repeatable, the first match wins")
@@ -215,6 +222,9 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if failure == outbox.OrderedFailureSkip && ordering != outbox.OrderingAggregate {
 		return usagef("%s skip needs --ordering aggregate", m.name("ordered-failure"))
 	}
+	if err := checkCapture(m, rf, ordering); err != nil {
+		return err
+	}
 	router, err := m.router(rf)
 	if err != nil {
 		return err
@@ -233,6 +243,9 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
+	if rf.capture == captureLogical && pc == nil {
+		return usagef("invalid %s logical: change-data capture reads PostgreSQL's logical replication; on %s use --capture poll", m.name("capture"), db.Kind)
+	}
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
 	cfg.Ordering, cfg.OrderedFailure = ordering, failure
@@ -261,6 +274,12 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return m.relayConfigError(err)
 	}
 	rf.obs.target = sinkTracingTarget(rf.sinkURL, router)
+	if rf.capture == captureLogical {
+		if rf.tenants.on() || len(multi) > 0 {
+			return usagef("%s cannot be used with --capture logical yet: run a capture relay per schema", rf.tenants.flag(m))
+		}
+		return a.runCaptureRelay(cmd.Context(), pc, cfg, desc, &rf.obs, rf.group, int64(rf.maxSlotLag))
+	}
 	if rf.tenants.on() {
 		if err := a.checkTenantFlags(m, &rf.tenants, db.Kind); err != nil {
 			return err
@@ -287,6 +306,7 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 		conns++
 	}
 	var db outbox.Database
+	var pgPool *pgxpool.Pool
 	appName := ""
 	if pc != nil {
 		outbox.ConfigureRelayPool(pc, cfg.RelayID)
@@ -300,7 +320,7 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 			return err
 		}
 		defer pool.Close()
-		db = outbox.Postgres(pool)
+		db, pgPool = outbox.Postgres(pool), pool
 	} else {
 		sqlDB, closer, kind, err := dburl.Open(ctx, rawDB, dburl.Options{RelayID: cfg.RelayID, MaxConns: conns, ConnectTimeout: connectTimeout})
 		if err != nil {
@@ -314,6 +334,9 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 	}
 	if err := outbox.NewManager(db, outbox.ManagerConfig{Schema: cfg.Schema}).Ping(ctx); err != nil {
 		return a.tableError(err)
+	}
+	if pgPool != nil {
+		a.warnCaptureSlots(ctx, pgPool, cfg.Schema)
 	}
 	observers, err := a.startObservers(ctx, obs, db, &cfg, sinkName)
 	if err != nil {
@@ -422,6 +445,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	strs := map[string]*string{
 		"relay-id": &rf.cfg.RelayID, "retention": &rf.retention, "source": &rf.so.Source,
+		"capture": &rf.capture, "capture-group": &rf.group,
 		"ordering": &rf.ordering, "ordered-failure": &rf.failure,
 		"route": &rf.route, "metrics-addr": &rf.obs.metricsAddr,
 		"webhook-ca": &rf.so.WebhookCA, "webhook-cert": &rf.so.WebhookCert, "webhook-key": &rf.so.WebhookKey,
@@ -429,8 +453,8 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	ints := map[string]*int{
 		"batch-size": &rf.cfg.BatchSize, "workers": &rf.cfg.Workers, "max-attempts": &rf.cfg.MaxAttempts,
 		"max-batch-bytes": &rf.cfg.MaxBatchBytes, "max-in-flight": &rf.cfg.MaxInFlight,
-		"max-in-flight-bytes": &rf.cfg.MaxInFlightBytes,
-		"sink-concurrency":    &rf.so.Concurrency, "webhook-batch": &rf.so.WebhookBatch, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
+		"max-in-flight-bytes": &rf.cfg.MaxInFlightBytes, "max-slot-lag": &rf.maxSlotLag,
+		"sink-concurrency": &rf.so.Concurrency, "webhook-batch": &rf.so.WebhookBatch, "dead-letter-retries": &rf.cfg.DeadLetterRetries,
 	}
 	durs := map[string]*time.Duration{
 		"poll-interval": &rf.cfg.PollInterval, "lease": &rf.cfg.Lease, "sink-timeout": &rf.cfg.SinkTimeout,

@@ -1,0 +1,382 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/internal/testutil/pgcluster"
+	"github.com/outboxkit/outbox/outboxcdc"
+)
+
+// logicalSettings make a private cluster that capture relays can stream
+// from.
+var logicalSettings = map[string]string{
+	"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "20", "max_connections": "150",
+	"wal_sender_timeout": "10s",
+}
+
+// captureServer is a webhook endpoint that records each event it
+// acknowledged, and holds requests (without acknowledging them) while
+// held; fail, when set, answers an event with the returned status instead.
+type captureServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	held    bool
+	release chan struct{}
+	acked   map[int64]int
+	order   []int64 // acknowledgements in arrival order
+	arrived int
+	fail    func(id int64, attempt int) int
+	tries   map[int64]int
+}
+
+func newCaptureServer(t *testing.T) *captureServer {
+	t.Helper()
+	s := &captureServer{acked: map[int64]int{}, tries: map[int64]int{}, release: make(chan struct{})}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id, err := strconv.ParseInt(r.Header.Get("ce-id"), 10, 64)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.arrived++
+		s.tries[id]++
+		held, release, fail, try := s.held, s.release, s.fail, s.tries[id]
+		s.mu.Unlock()
+		if held {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if fail != nil {
+			if code := fail(id, try); code != 0 {
+				w.WriteHeader(code)
+				return
+			}
+		}
+		s.mu.Lock()
+		s.acked[id]++
+		s.order = append(s.order, id)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *captureServer) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = true
+	s.release = make(chan struct{})
+}
+
+func (s *captureServer) letThrough() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		s.held = false
+		close(s.release)
+	}
+}
+
+func (s *captureServer) arrivals() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.arrived
+}
+
+func (s *captureServer) ackedIDs() map[int64]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int64]int, len(s.acked))
+	for k, v := range s.acked {
+		out[k] = v
+	}
+	return out
+}
+
+// captureDB is a migrated schema on a logical cluster.
+type captureDB struct {
+	url, schema string
+	pool        *pgxpool.Pool
+}
+
+func newCaptureDB(t *testing.T, c *pgcluster.Cluster) captureDB {
+	t.Helper()
+	db := captureDB{url: c.URL(), schema: testutil.SchemaName(t)}
+	pool, err := pgxpool.New(context.Background(), db.url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db.pool = pool
+	res := run(t, nil, "--database-url", db.url, "--schema", db.schema, "migrate", "--logical")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "created publication and logical replication slot")
+	t.Cleanup(func() {
+		run(t, nil, "--database-url", db.url, "--schema", db.schema, "migrate", "--drop-logical")
+	})
+	return db
+}
+
+func (db captureDB) relayArgs(sinkURL, id string, extra ...string) []string {
+	return append([]string{"--database-url", db.url, "--schema", db.schema, "relay", "--capture", "logical",
+		"--sink", sinkURL, "--relay-id", id, "--sink-concurrency", "1", "--poll-interval", "100ms",
+		"--backoff-base", "20ms", "--backoff-max", "100ms", "--log-level", "warn"}, extra...)
+}
+
+// insert commits n events, one transaction each, and returns their IDs.
+func (db captureDB) insert(t *testing.T, n int, typ string) []int64 {
+	t.Helper()
+	ids := make([]int64, n)
+	for i := range ids {
+		require.NoError(t, db.pool.QueryRow(context.Background(), `INSERT INTO `+testutil.Table(db.schema)+
+			` (event_type, payload) VALUES ($1, '{}') RETURNING id`, typ).Scan(&ids[i]))
+	}
+	return ids
+}
+
+func (db captureDB) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+testutil.Table(db.schema)+` WHERE `+where).Scan(&n))
+	return n
+}
+
+// waitRelays waits until n relays have started (their heartbeat rows).
+func (db captureDB) waitRelays(t *testing.T, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 20*time.Second, "the relays started", func() bool {
+		var got int
+		require.NoError(t, db.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{db.schema, "outbox_relays"}.Sanitize()).Scan(&got))
+		return got == n
+	})
+}
+
+// holder is the relay the capture lease row names, "" for none.
+func (db captureDB) holder(t *testing.T) string {
+	t.Helper()
+	var h string
+	err := db.pool.QueryRow(context.Background(), `SELECT holder FROM `+pgx.Identifier{db.schema, "outbox_leases"}.Sanitize()+
+		` WHERE name LIKE 'capture:%' AND expires_at > now()`).Scan(&h)
+	if err == pgx.ErrNoRows {
+		return ""
+	}
+	require.NoError(t, err)
+	return h
+}
+
+// TestCaptureRelayBinary runs the capture relay's crash and fault tests on
+// one private cluster with wal_level = logical, a schema (and a slot)
+// each; the database crash test has a cluster of its own.
+func TestCaptureRelayBinary(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{Settings: logicalSettings})
+	t.Run("SIGKILLStreamingRelayStandbyTakesOver", func(t *testing.T) {
+		t.Parallel()
+		testCaptureSIGKILL(t, c)
+	})
+	t.Run("FailingSinkRetriesThroughTable", func(t *testing.T) {
+		t.Parallel()
+		testCaptureFailingSink(t, c)
+	})
+	t.Run("SlotLeftBehindIsReported", func(t *testing.T) {
+		t.Parallel()
+		testCaptureSlotLeftBehind(t, c)
+	})
+	t.Run("PollRelayBesideCaptureIsWarned", func(t *testing.T) {
+		t.Parallel()
+		testPollBesideCapture(t, c)
+	})
+}
+
+func testCaptureSIGKILL(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	srv := newCaptureServer(t)
+	a := start(t, nil, db.relayArgs(srv.URL, "a")...)
+	testutil.WaitFor(t, 20*time.Second, "relay a streams", func() bool {
+		require.False(t, a.exited(), "relay a exited; stderr:\n%s", a.stderr.String())
+		return db.holder(t) == "a"
+	})
+	b := start(t, nil, db.relayArgs(srv.URL, "b")...)
+
+	first := db.insert(t, 50, "first")
+	testutil.WaitFor(t, 20*time.Second, "the first events processed", func() bool {
+		return db.count(t, `status = 'processed'`) == 50
+	})
+	// Their position is confirmed soon after they were marked.
+	var lsn string
+	require.NoError(t, db.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn))
+	testutil.WaitFor(t, 10*time.Second, "the slot's position confirmed", func() bool {
+		var ok bool
+		require.NoError(t, db.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2`,
+			lsn, outboxcdc.SlotName(db.schema, "")).Scan(&ok))
+		return ok
+	})
+	// The sink holds the next events unacknowledged; the streaming relay
+	// dies with them in flight.
+	srv.hold()
+	before := srv.arrivals()
+	second := db.insert(t, 50, "second")
+	testutil.WaitFor(t, 20*time.Second, "a publish in flight", func() bool { return srv.arrivals() > before })
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
+	<-a.done
+	srv.letThrough()
+	testutil.WaitFor(t, 30*time.Second, "the standby takes over and delivers the rest", func() bool {
+		require.False(t, b.exited(), "relay b exited; stderr:\n%s", b.stderr.String())
+		return db.count(t, `status = 'processed'`) == 100
+	})
+	require.Equal(t, "b", db.holder(t))
+	acked := srv.ackedIDs()
+	ids := append(first, second...)
+	dups := 0
+	for _, id := range ids {
+		require.GreaterOrEqual(t, acked[id], 1, "event %d was never delivered", id)
+		dups += acked[id] - 1
+	}
+	require.Len(t, acked, len(ids), "no ghost events")
+	// Only the events published but not confirmed when a died can come
+	// twice: none here, since the sink acknowledged none of the second
+	// run and the first was confirmed.
+	require.Zero(t, dups, "duplicates beyond the unconfirmed window")
+	require.Zero(t, db.count(t, `attempts > 0`), "nothing went through the table path")
+	require.Equal(t, 0, b.stop(t, syscall.SIGTERM))
+}
+
+func testCaptureFailingSink(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	srv := newCaptureServer(t)
+	var poison sync.Map
+	srv.fail = func(id int64, try int) int {
+		if _, ok := poison.Load(id); ok {
+			return http.StatusInternalServerError // retried until out of attempts
+		}
+		if id%3 == 0 && try <= 2 {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	}
+	relay := start(t, nil, db.relayArgs(srv.URL, "r", "--max-attempts", "3")...)
+	for _, id := range db.insert(t, 5, "poison") {
+		poison.Store(id, true)
+	}
+	ok := db.insert(t, 40, "ok")
+	testutil.WaitFor(t, 30*time.Second, "every event settled", func() bool {
+		require.False(t, relay.exited(), "relay exited; stderr:\n%s", relay.stderr.String())
+		return db.count(t, `status = 'processed'`) == 40 && db.count(t, `status = 'failed'`) == 5
+	})
+	acked := srv.ackedIDs()
+	for _, id := range ok {
+		require.GreaterOrEqual(t, acked[id], 1, "event %d was never delivered", id)
+	}
+	require.Equal(t, 5, db.count(t, `status = 'failed' AND event_type = 'poison' AND attempts = 3`), "poison dead-lettered after 3 attempts")
+	require.Positive(t, db.count(t, `status = 'processed' AND attempts = 2`), "events retried through the table path")
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+}
+
+func testCaptureSlotLeftBehind(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	db.insert(t, 3, "x")
+	// A poll relay on a table whose capture slot nobody streams from.
+	srv := newCaptureServer(t)
+	p := start(t, nil, "--database-url", db.url, "--schema", db.schema, "relay", "--sink", srv.URL, "--log-level", "warn", "--log-format", "json")
+	testutil.WaitFor(t, 20*time.Second, "the slot reported", func() bool {
+		return strings.Contains(p.stderr.String(), "left behind")
+	})
+	var line map[string]any
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		if strings.Contains(l, "left behind") {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	require.Equal(t, outboxcdc.SlotName(db.schema, ""), line["slot"])
+	require.Positive(t, line["retained_bytes"])
+	db.waitRelays(t, 1)
+	require.Equal(t, 0, p.stop(t, syscall.SIGTERM), p.stderr.String())
+	res := run(t, nil, "--database-url", db.url, "--schema", db.schema, "migrate", "--drop-logical")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "dropped logical replication slot and publication")
+}
+
+func testPollBesideCapture(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	srv := newCaptureServer(t)
+	capture := start(t, nil, db.relayArgs(srv.URL, "capture")...)
+	testutil.WaitFor(t, 20*time.Second, "the capture relay streams", func() bool {
+		require.False(t, capture.exited(), "capture relay exited; stderr:\n%s", capture.stderr.String())
+		return db.holder(t) == "capture"
+	})
+	poll := start(t, nil, "--database-url", db.url, "--schema", db.schema, "relay", "--sink", srv.URL, "--relay-id", "poll", "--log-level", "warn")
+	testutil.WaitFor(t, 20*time.Second, "the poll relay warned", func() bool {
+		return strings.Contains(poll.stderr.String(), "a relay --capture logical streams from this table")
+	})
+	require.NotContains(t, poll.stderr.String(), "left behind")
+	db.waitRelays(t, 2)
+	require.Equal(t, 0, poll.stop(t, syscall.SIGTERM), poll.stderr.String())
+	require.Equal(t, 0, capture.stop(t, syscall.SIGTERM), capture.stderr.String())
+}
+
+func TestCaptureRelaySurvivesDatabaseCrash(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t, pgcluster.Options{Settings: logicalSettings})
+	db := newCaptureDB(t, c)
+	srv := newCaptureServer(t)
+	relay := start(t, nil, db.relayArgs(srv.URL, "r")...)
+	ids := db.insert(t, 30, "before")
+	// Crash the server while the relay streams; the events committed
+	// before it are on disk, and the slot replays what was not confirmed.
+	testutil.WaitFor(t, 20*time.Second, "some events delivered", func() bool { return len(srv.ackedIDs()) > 0 })
+	db.waitRelays(t, 1)
+	c.Crash(t)
+	c.Start(t)
+	db.pool.Reset() // its connections died with the server
+	ids = append(ids, db.insert(t, 30, "after")...)
+	testutil.WaitFor(t, 60*time.Second, "every event processed", func() bool {
+		require.False(t, relay.exited(), "relay exited; stderr:\n%s", relay.stderr.String())
+		return db.count(t, `status = 'processed'`) == 60
+	})
+	acked := srv.ackedIDs()
+	for _, id := range ids {
+		require.GreaterOrEqual(t, acked[id], 1, "event %d was never delivered", id)
+	}
+	require.Len(t, acked, len(ids), "no ghost events")
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
+}
+
+func TestCaptureRelayUsage(t *testing.T) {
+	t.Parallel()
+	schema := testutil.EmptySchemaName(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--capture", "wal"}, `invalid --capture "wal": use poll or logical`},
+		{[]string{"--capture", "logical", "--event-types", "a.*"}, "--event-types cannot be used with --capture logical"},
+		{[]string{"--capture", "logical", "--ordering", "aggregate"}, "--ordering aggregate cannot be used with --capture logical"},
+		{[]string{"--max-slot-lag", "100"}, "--max-slot-lag needs --capture logical"},
+	} {
+		res := outboxCmd(t, schema, append([]string{"relay", "--sink", "stdout:"}, tc.args...)...)
+		requireFail(t, res, 2, tc.want)
+	}
+	// The shared server runs with wal_level = replica.
+	b := setup(t)
+	res := outboxCmd(t, b.schema, "relay", "--sink", "stdout:", "--capture", "logical")
+	requireFail(t, res, 2, "wal_level is not logical", "ALTER SYSTEM SET wal_level = logical")
+}
