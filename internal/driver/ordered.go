@@ -61,3 +61,22 @@ type BlockedAggregate struct {
 	HeadStatus    string // failed, or pending while it waits for a retry
 	Waiting       int64  // later events of the aggregate that wait
 }
+
+// KeyCursor is a position in the walk of a driver's per-aggregate key rows,
+// in their primary key order; the zero value starts at the beginning.
+type KeyCursor struct {
+	AggregateType, AggregateID string
+}
+
+// KeyPruner is implemented by drivers that keep a row per aggregate beside
+// the events (MySQL/MariaDB's outbox_keys, the last key_seq given out).
+// Without pruning that table grows by one row per aggregate ever written.
+type KeyPruner interface {
+	// PruneKeysBatch looks at up to limit key rows after after, skipping
+	// rows a writer holds, and deletes those whose aggregate has no
+	// unfinished event (pending, processing, failed), in one short
+	// transaction. It returns how many it deleted and where the next batch
+	// starts; more is false once the walk has reached the end. A driver
+	// with no key rows returns more false at once.
+	PruneKeysBatch(ctx context.Context, after KeyCursor, limit int) (deleted int64, next KeyCursor, more bool, err error)
+}
