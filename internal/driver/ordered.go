@@ -15,6 +15,26 @@ const OrderedVersion = 7
 // a driver that cannot keep it (the three built-in databases all can).
 var ErrOrderingUnsupported = errors.New("per-aggregate ordering is not supported by this database driver")
 
+// ErrOrderingNotPrepared is returned when the schema lacks what ordered
+// delivery needs beyond the numbered migrations: on MySQL/MariaDB, the
+// trigger that numbers each aggregate's events, which only `outbox migrate
+// --ordering aggregate` (outboxmigrate.Config.Ordering) creates.
+var ErrOrderingNotPrepared = errors.New("the schema is not prepared for per-aggregate ordering: the key sequence trigger outbox_events_key_seq is missing; run outbox migrate --ordering aggregate")
+
+// OrderingPreparer is implemented by drivers whose schema needs a step of
+// its own, outside the numbered migrations, before ordered delivery: on
+// MySQL/MariaDB the key-sequence trigger, which every writer pays for.
+type OrderingPreparer interface {
+	// PrepareOrdering takes that step; it does nothing when it was taken.
+	PrepareOrdering(ctx context.Context) error
+	// PrepareOrderingSQL returns that step as a script, "" when there is
+	// none.
+	PrepareOrderingSQL() string
+	// OrderingPrepared returns nil when the step was taken (or none is
+	// needed) and an error wrapping ErrOrderingNotPrepared when not.
+	OrderingPrepared(ctx context.Context) error
+}
+
 // OrderedClaimParams selects and leases a batch that keeps per-aggregate
 // order.
 type OrderedClaimParams struct {

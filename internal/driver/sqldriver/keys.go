@@ -29,11 +29,12 @@ var _ driver.KeyPruner = (*Driver)(nil)
 // about to be, and the events numbered from 1 afterwards are the only
 // unfinished ones of their key: the claim, which orders a key's unfinished
 // events by key_seq and reads only those, never sees a new event ahead of
-// an old one. Statuses change only among the unfinished ones and from them
-// to processed or failed-kept-as-failed, except a replay (processed back to
-// pending): a replayed event keeps its old key_seq, so after a prune it may
-// be sent after events written later; a replay repeats events already
-// delivered and is outside the first-delivery order anyway.
+// an old one. An event never becomes unfinished again once processed,
+// except by a replay (processed back to pending): a replayed event keeps
+// its old key_seq, so after a prune it may be sent after events written
+// later; a replay repeats events already delivered and is outside the
+// first-delivery order anyway. Failed events count as unfinished: a dead
+// letter may be retried, and the ordered claim waits on it.
 //
 // On a dialect without a key sequence, or a schema before migration 7, it
 // returns at once with more false.
