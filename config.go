@@ -185,8 +185,9 @@ type RelayConfig struct {
 	// disjoint patterns can serve different sinks from one table.
 	EventTypes []string
 	// Ordering says whether the relay keeps per-aggregate order
-	// (OrderingAggregate; schema migration 7). Defaults to
-	// OrderingNone.
+	// (OrderingAggregate; schema migration 7, and on MySQL/MariaDB a
+	// schema prepared with outboxmigrate.Config.Ordering, without which
+	// Start refuses). Defaults to OrderingNone.
 	Ordering Ordering
 	// OrderedFailure is what an aggregate's later events do once its first
 	// unfinished event is dead-lettered, in ordered mode. Defaults to
