@@ -373,3 +373,53 @@ func TestMySQLOrderingNeedsPreparedSchema(t *testing.T) {
 	require.Contains(t, outboxmigrate.SQL(database, outboxmigrate.Config{Ordering: outbox.OrderingAggregate}), "CREATE TRIGGER `outbox_events_key_seq`")
 	require.NotContains(t, outboxmigrate.SQL(database, outboxmigrate.Config{}), "CREATE TRIGGER")
 }
+
+type purgeHook chan outbox.PurgeInfo
+
+func (h purgeHook) OnPurge(_ context.Context, p outbox.PurgeInfo) { h <- p }
+
+// The scheduled purge prunes outbox_keys after its deletes and counts the
+// rows in PurgeInfo.Keys; Manager.PruneKeys (outbox purge) does the same.
+func TestMySQLPurgePrunesKeys(t *testing.T) {
+	t.Parallel()
+	ctx, db, _, w := mysqlKeysSetup(t)
+	write := func(key string) int64 {
+		res, err := w.WriteSQL(ctx, db, outbox.Message{EventType: "e", AggregateType: "order", AggregateID: key, Payload: key})
+		require.NoError(t, err)
+		return res.IDs[0]
+	}
+	old, failed := write("old"), write("failed")
+	_, err := db.Exec("UPDATE `outbox_events` SET `status` = 'processed', `processed_at` = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE `id` = ?", old)
+	require.NoError(t, err)
+	_, err = db.Exec("UPDATE `outbox_events` SET `status` = 'failed' WHERE `id` = ?", failed)
+	require.NoError(t, err)
+
+	hook := make(purgeHook, 1)
+	database := outbox.MySQL(db)
+	r, err := outbox.NewRelay(database, outbox.RelayConfig{Sink: outbox.SinkFunc(func(context.Context, []outbox.Event) []error { return nil }),
+		PollInterval: time.Hour, PurgeAfter: 24 * time.Hour, Hooks: []outbox.Hook{hook}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	var info outbox.PurgeInfo
+	select {
+	case info = <-hook:
+	case <-time.After(30 * time.Second):
+		require.Fail(t, "no scheduled purge within 30s")
+	}
+	require.NoError(t, r.Stop(ctx))
+	require.NoError(t, info.Err)
+	require.Equal(t, int64(1), info.Processed)
+	require.Equal(t, int64(1), info.Keys, "old's row; failed keeps its own")
+	require.Equal(t, []string{"failed"}, keyRows(t, db))
+
+	mgr := outbox.NewManager(database, outbox.ManagerConfig{})
+	n, err := mgr.PruneKeys(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, err = db.Exec("DELETE FROM `outbox_events` WHERE `id` = ?", failed)
+	require.NoError(t, err)
+	n, err = mgr.PruneKeys(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Empty(t, keyRows(t, db))
+}
