@@ -225,7 +225,7 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 // PostgreSQL and SQLite, which keep no such rows, it does nothing.
 func (m *Manager) PruneKeys(ctx context.Context, batchSize int, progress Progress) (int64, error) {
 	kp, ok := m.drv.(driver.KeyPruner)
-	if !ok {
+	if !ok || !kp.HasKeyRows() {
 		return 0, nil
 	}
 	if batchSize <= 0 {

@@ -300,7 +300,7 @@ func (r *Relay) runPurge(ctx context.Context, el *leader.Elector) {
 			return r.drv.PurgeBatch(ctx, driver.PurgeParams{Status: driver.StatusFailed, OlderThan: age, BatchSize: size})
 		})
 	}
-	if kp, ok := r.drv.(driver.KeyPruner); ok {
+	if kp, ok := r.drv.(driver.KeyPruner); ok && kp.HasKeyRows() {
 		// One walk of outbox_keys a run; each batch counts as size rows
 		// while the walk goes on, so scheduleBatches runs the next.
 		var (

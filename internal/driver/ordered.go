@@ -92,6 +92,9 @@ type KeyCursor struct {
 // the events (MySQL/MariaDB's outbox_keys, the last key_seq given out).
 // Without pruning that table grows by one row per aggregate ever written.
 type KeyPruner interface {
+	// HasKeyRows reports whether this database keeps key rows at all
+	// (false on SQLite, whose IDs follow commit order).
+	HasKeyRows() bool
 	// PruneKeysBatch looks at up to limit key rows after after, skipping
 	// rows a writer holds, and deletes those whose aggregate has no
 	// unfinished event (pending, processing, failed), in one short

@@ -9,6 +9,12 @@ import (
 
 var _ driver.KeyPruner = (*Driver)(nil)
 
+// HasKeyRows reports whether the dialect keeps outbox_keys (KeySequenced).
+func (d *Driver) HasKeyRows() bool {
+	_, ok := d.d.(KeySequenced)
+	return ok
+}
+
 // PruneKeysBatch deletes the outbox_keys rows (see KeySequenced) of
 // aggregates that have no unfinished event, walking the table in primary
 // key order from after, limit rows a batch, in one transaction each:
@@ -39,7 +45,7 @@ var _ driver.KeyPruner = (*Driver)(nil)
 // On a dialect without a key sequence, or a schema before migration 7, it
 // returns at once with more false.
 func (d *Driver) PruneKeysBatch(ctx context.Context, after driver.KeyCursor, limit int) (int64, driver.KeyCursor, bool, error) {
-	if _, ok := d.d.(KeySequenced); !ok || limit < 1 {
+	if !d.HasKeyRows() || limit < 1 {
 		return 0, after, false, nil
 	}
 	keys := d.d.Table(d.schema, "outbox_keys")
