@@ -87,9 +87,23 @@ func (c RelayConfig) schedulesJobs() bool {
 	return c.PurgeAfter > 0 || c.PurgeFailedAfter > 0 || c.DeadLetterRetry > 0
 }
 
-// scheduleDefaults fills the scheduled jobs' zero fields, for WithDefaults.
+// prunesKeys reports whether this relay schedules the pruning of
+// outbox_keys even without a purge: an ordered relay on a database that
+// keeps key rows (MySQL/MariaDB) runs the scheduled purge every
+// PurgeInterval, which prunes them, so the table stays bounded whatever
+// the retention.
+func (r *Relay) prunesKeys() bool {
+	kp, ok := r.drv.(driver.KeyPruner)
+	return ok && kp.HasKeyRows() && r.cfg.Ordering == OrderingAggregate
+}
+
+// schedulesJobs reports whether this relay runs scheduled jobs.
+func (r *Relay) schedulesJobs() bool { return r.cfg.schedulesJobs() || r.prunesKeys() }
+
+// scheduleDefaults fills the scheduled jobs' zero fields, for WithDefaults;
+// an ordered relay may prune keys on schedule (prunesKeys).
 func (c *RelayConfig) scheduleDefaults() {
-	if !c.schedulesJobs() {
+	if !c.schedulesJobs() && c.Ordering != OrderingAggregate {
 		return
 	}
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, PurgeIntervalDefault)
@@ -114,7 +128,7 @@ func (c RelayConfig) validateSchedule() error {
 		return bad("DeadLetterRetry", "is %v: use a positive duration, or 0 for no slow retry", c.DeadLetterRetry)
 	case c.DeadLetterRetries < 0:
 		return bad("DeadLetterRetries", "is %d: use at least 1", c.DeadLetterRetries)
-	case !c.schedulesJobs():
+	case !c.schedulesJobs() && c.Ordering != OrderingAggregate:
 		return nil
 	case c.PurgeInterval <= 0:
 		return bad("PurgeInterval", "is %v: use a positive duration", c.PurgeInterval)
@@ -133,7 +147,7 @@ func (c RelayConfig) validateSchedule() error {
 // version is unknown (0: migrations vendored into another tool) passes;
 // its first job then fails with the database's error, logged.
 func (r *Relay) checkScheduleSchema(ctx context.Context) error {
-	if !r.cfg.schedulesJobs() {
+	if !r.schedulesJobs() {
 		return nil
 	}
 	v, err := r.drv.SchemaVersion(ctx)
@@ -157,7 +171,7 @@ func (c RelayConfig) deadLetterRetryTick() time.Duration {
 // newElector builds the job lease's elector, when a scheduled job is
 // enabled, for NewRelay.
 func (r *Relay) newElector() error {
-	if !r.cfg.schedulesJobs() {
+	if !r.schedulesJobs() {
 		return nil
 	}
 	el, err := leader.New(leader.Config{
@@ -212,7 +226,7 @@ func (r *Relay) scheduleLoop(ctx context.Context, el *leader.Elector) {
 	for {
 		changed := el.Changed()
 		if el.IsLeader() {
-			purge := r.cfg.PurgeAfter > 0 || r.cfg.PurgeFailedAfter > 0
+			purge := r.cfg.PurgeAfter > 0 || r.cfg.PurgeFailedAfter > 0 || r.prunesKeys()
 			if purge && (lastPurge.IsZero() || time.Since(lastPurge) >= r.cfg.PurgeInterval) {
 				lastPurge = time.Now()
 				r.runPurge(ctx, el)

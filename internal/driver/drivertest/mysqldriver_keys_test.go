@@ -423,3 +423,32 @@ func TestMySQLPurgePrunesKeys(t *testing.T) {
 	require.Equal(t, int64(1), n)
 	require.Empty(t, keyRows(t, db))
 }
+
+// An ordered relay on MySQL/MariaDB prunes outbox_keys on schedule even
+// without a purge, so the table stays bounded under --retention delete.
+func TestMySQLOrderedRelayPrunesKeysWithoutPurge(t *testing.T) {
+	t.Parallel()
+	ctx, db, _, w := mysqlKeysSetup(t)
+	for _, key := range []string{"a", "b", "c"} {
+		_, err := w.WriteSQL(ctx, db, outbox.Message{EventType: "e", AggregateType: "order", AggregateID: key, Payload: key})
+		require.NoError(t, err)
+	}
+	_, err := db.Exec("UPDATE `outbox_events` SET `status` = 'processed', `processed_at` = UTC_TIMESTAMP(6)")
+	require.NoError(t, err)
+	hook := make(purgeHook, 1)
+	r, err := outbox.NewRelay(outbox.MySQL(db), outbox.RelayConfig{Sink: outbox.SinkFunc(func(context.Context, []outbox.Event) []error { return nil }),
+		Ordering: outbox.OrderingAggregate, Retention: outbox.RetainDelete, PollInterval: time.Hour, Hooks: []outbox.Hook{hook}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	var info outbox.PurgeInfo
+	select {
+	case info = <-hook:
+	case <-time.After(30 * time.Second):
+		require.Fail(t, "no scheduled key pruning within 30s")
+	}
+	require.NoError(t, r.Stop(ctx))
+	require.NoError(t, info.Err)
+	require.Equal(t, int64(3), info.Keys)
+	require.Zero(t, info.Processed, "no purge configured")
+	require.Empty(t, keyRows(t, db))
+}
