@@ -205,8 +205,10 @@ type RelayConfig struct {
 	// dead-lettered events that failed longer ago than this. Zero (the
 	// default) keeps them.
 	PurgeFailedAfter time.Duration
-	// PurgeInterval is how often the leading relay purges. Defaults to
-	// PurgeIntervalDefault when a scheduled job is enabled.
+	// PurgeInterval is how often the leading relay purges; with
+	// OrderingAggregate on MySQL/MariaDB it also prunes outbox_keys that
+	// often, purge or not. Defaults to PurgeIntervalDefault when a
+	// scheduled job is enabled or Ordering is OrderingAggregate.
 	PurgeInterval time.Duration
 	// PurgeBatchSize is how many rows one statement of a scheduled job
 	// deletes or changes. Defaults to PurgeBatchSizeDefault.
