@@ -185,8 +185,9 @@ type RelayConfig struct {
 	// disjoint patterns can serve different sinks from one table.
 	EventTypes []string
 	// Ordering says whether the relay keeps per-aggregate order
-	// (OrderingAggregate; schema migration 7). Defaults to
-	// OrderingNone.
+	// (OrderingAggregate; schema migration 7, and on MySQL/MariaDB a
+	// schema prepared with outboxmigrate.Config.Ordering, without which
+	// Start refuses). Defaults to OrderingNone.
 	Ordering Ordering
 	// OrderedFailure is what an aggregate's later events do once its first
 	// unfinished event is dead-lettered, in ordered mode. Defaults to
@@ -213,8 +214,10 @@ type RelayConfig struct {
 	// dead-lettered events that failed longer ago than this. Zero (the
 	// default) keeps them.
 	PurgeFailedAfter time.Duration
-	// PurgeInterval is how often the leading relay purges. Defaults to
-	// PurgeIntervalDefault when a scheduled job is enabled.
+	// PurgeInterval is how often the leading relay purges; with
+	// OrderingAggregate on MySQL/MariaDB it also prunes outbox_keys that
+	// often, purge or not. Defaults to PurgeIntervalDefault when a
+	// scheduled job is enabled or Ordering is OrderingAggregate.
 	PurgeInterval time.Duration
 	// PurgeBatchSize is how many rows one statement of a scheduled job
 	// deletes or changes. Defaults to PurgeBatchSizeDefault.

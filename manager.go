@@ -215,6 +215,42 @@ func (m *Manager) Purge(ctx context.Context, p PurgeParams, progress Progress) (
 	return m.purgeArchive(ctx, p, total, progress)
 }
 
+// PruneKeys deletes, in batches of batchSize (PurgeBatchSizeDefault when
+// not positive), the MySQL/MariaDB key-sequence rows (outbox_keys, migration
+// 7) of aggregates that have no pending, processing or failed event, and
+// returns how many it deleted. A row a writer holds is passed over until the
+// next run; an aggregate written again starts its sequence at 1, which keeps
+// its order because none of its earlier events is unfinished. The scheduled
+// purge runs it after each purge; `outbox purge` after deleting events. On
+// PostgreSQL and SQLite, which keep no such rows, it does nothing.
+func (m *Manager) PruneKeys(ctx context.Context, batchSize int, progress Progress) (int64, error) {
+	kp, ok := m.drv.(driver.KeyPruner)
+	if !ok || !kp.HasKeyRows() {
+		return 0, nil
+	}
+	if batchSize <= 0 {
+		batchSize = PurgeBatchSizeDefault
+	}
+	var (
+		total int64
+		cur   driver.KeyCursor
+	)
+	for {
+		n, next, more, err := kp.PruneKeysBatch(ctx, cur, batchSize)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if !more {
+			return total, nil
+		}
+		cur = next
+	}
+}
+
 // inBatches runs batch until it removes fewer than size rows, adding what
 // each removes to total and reporting the sum to progress (when not nil)
 // after every batch that removed any.

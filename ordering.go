@@ -106,6 +106,15 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay: ordering %q needs schema version %d, schema %q is at %d: run outbox migrate",
 			OrderingAggregate, driver.OrderedVersion, r.cfg.Schema, v)
 	}
+	if p, ok := r.drv.(driver.OrderingPreparer); ok && v > 0 {
+		if err := p.OrderingPrepared(ctx); err != nil {
+			if errors.Is(err, driver.ErrOrderingNotPrepared) {
+				return fmt.Errorf("outbox: relay: ordering %q: schema %q lacks the key-sequence trigger outbox_events_key_seq that numbers each aggregate's events on MySQL/MariaDB: run outbox migrate --ordering aggregate (outboxmigrate.Config.Ordering) before starting ordered relays",
+					OrderingAggregate, r.cfg.Schema)
+			}
+			return fmt.Errorf("outbox: relay: check the key-sequence trigger: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -42,8 +42,11 @@ type PurgeInfo struct {
 	// outbox_events (processed), outbox_events_archive and outbox_events
 	// (failed); Batches counts the DELETE statements.
 	Processed, Archived, Failed int64
-	Batches                     int
-	Duration                    time.Duration
+	// Keys counts the rows deleted from MySQL/MariaDB's outbox_keys: the
+	// key sequences of aggregates left with no unfinished event.
+	Keys     int64
+	Batches  int
+	Duration time.Duration
 	// Err is why the run stopped early (nil when it finished); the rows it
 	// counted are deleted all the same.
 	Err error
@@ -84,9 +87,23 @@ func (c RelayConfig) schedulesJobs() bool {
 	return c.PurgeAfter > 0 || c.PurgeFailedAfter > 0 || c.DeadLetterRetry > 0
 }
 
-// scheduleDefaults fills the scheduled jobs' zero fields, for WithDefaults.
+// prunesKeys reports whether this relay schedules the pruning of
+// outbox_keys even without a purge: an ordered relay on a database that
+// keeps key rows (MySQL/MariaDB) runs the scheduled purge every
+// PurgeInterval, which prunes them, so the table stays bounded whatever
+// the retention.
+func (r *Relay) prunesKeys() bool {
+	kp, ok := r.drv.(driver.KeyPruner)
+	return ok && kp.HasKeyRows() && r.cfg.Ordering == OrderingAggregate
+}
+
+// schedulesJobs reports whether this relay runs scheduled jobs.
+func (r *Relay) schedulesJobs() bool { return r.cfg.schedulesJobs() || r.prunesKeys() }
+
+// scheduleDefaults fills the scheduled jobs' zero fields, for WithDefaults;
+// an ordered relay may prune keys on schedule (prunesKeys).
 func (c *RelayConfig) scheduleDefaults() {
-	if !c.schedulesJobs() {
+	if !c.schedulesJobs() && c.Ordering != OrderingAggregate {
 		return
 	}
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, PurgeIntervalDefault)
@@ -111,7 +128,7 @@ func (c RelayConfig) validateSchedule() error {
 		return bad("DeadLetterRetry", "is %v: use a positive duration, or 0 for no slow retry", c.DeadLetterRetry)
 	case c.DeadLetterRetries < 0:
 		return bad("DeadLetterRetries", "is %d: use at least 1", c.DeadLetterRetries)
-	case !c.schedulesJobs():
+	case !c.schedulesJobs() && c.Ordering != OrderingAggregate:
 		return nil
 	case c.PurgeInterval <= 0:
 		return bad("PurgeInterval", "is %v: use a positive duration", c.PurgeInterval)
@@ -130,7 +147,7 @@ func (c RelayConfig) validateSchedule() error {
 // version is unknown (0: migrations vendored into another tool) passes;
 // its first job then fails with the database's error, logged.
 func (r *Relay) checkScheduleSchema(ctx context.Context) error {
-	if !r.cfg.schedulesJobs() {
+	if !r.schedulesJobs() {
 		return nil
 	}
 	v, err := r.drv.SchemaVersion(ctx)
@@ -154,7 +171,7 @@ func (c RelayConfig) deadLetterRetryTick() time.Duration {
 // newElector builds the job lease's elector, when a scheduled job is
 // enabled, for NewRelay.
 func (r *Relay) newElector() error {
-	if !r.cfg.schedulesJobs() {
+	if !r.schedulesJobs() {
 		return nil
 	}
 	el, err := leader.New(leader.Config{
@@ -209,7 +226,7 @@ func (r *Relay) scheduleLoop(ctx context.Context, el *leader.Elector) {
 	for {
 		changed := el.Changed()
 		if el.IsLeader() {
-			purge := r.cfg.PurgeAfter > 0 || r.cfg.PurgeFailedAfter > 0
+			purge := r.cfg.PurgeAfter > 0 || r.cfg.PurgeFailedAfter > 0 || r.prunesKeys()
 			if purge && (lastPurge.IsZero() || time.Since(lastPurge) >= r.cfg.PurgeInterval) {
 				lastPurge = time.Now()
 				r.runPurge(ctx, el)
@@ -297,9 +314,26 @@ func (r *Relay) runPurge(ctx context.Context, el *leader.Elector) {
 			return r.drv.PurgeBatch(ctx, driver.PurgeParams{Status: driver.StatusFailed, OlderThan: age, BatchSize: size})
 		})
 	}
+	if kp, ok := r.drv.(driver.KeyPruner); ok && kp.HasKeyRows() {
+		// One walk of outbox_keys a run; each batch counts as size rows
+		// while the walk goes on, so scheduleBatches runs the next.
+		var (
+			cur   driver.KeyCursor
+			walks int64
+		)
+		run(&walks, func(ctx context.Context) (int64, error) {
+			n, next, more, err := kp.PruneKeysBatch(ctx, cur, size)
+			info.Keys += n
+			cur = next
+			if err != nil || !more {
+				return 0, err
+			}
+			return int64(size), nil
+		})
+	}
 	info.Duration = time.Since(start)
 	attrs := []any{slog.Int64("processed", info.Processed), slog.Int64("archived", info.Archived),
-		slog.Int64("failed", info.Failed), slog.Int("batches", info.Batches), slog.Duration("duration", info.Duration)}
+		slog.Int64("failed", info.Failed), slog.Int64("keys", info.Keys), slog.Int("batches", info.Batches), slog.Duration("duration", info.Duration)}
 	switch {
 	case info.Err != nil && ctx.Err() != nil:
 		// Stopping: the next leader purges the rest.

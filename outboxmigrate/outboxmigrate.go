@@ -28,6 +28,17 @@ type Config struct {
 	// once set, the period cannot be changed. Empty (the default) leaves
 	// the archive a plain table.
 	PartitionArchive Period
+	// Ordering, set to outbox.OrderingAggregate, prepares the schema for
+	// relays with RelayConfig.Ordering = outbox.OrderingAggregate. On
+	// MySQL/MariaDB that creates the BEFORE INSERT trigger that numbers
+	// each aggregate's events (key_seq): it costs every writer a second row
+	// and makes the writers of one aggregate wait for each other, so it is
+	// not part of the numbered migrations, and an ordered relay refuses to
+	// start without it. Once created it stays (drop it by hand only with no
+	// ordered relay running). PostgreSQL and SQLite need nothing beyond
+	// the migrations. Empty or outbox.OrderingNone (the default) changes
+	// nothing.
+	Ordering outbox.Ordering
 }
 
 // Period is the span of one partition of a partitioned archive.
@@ -119,6 +130,9 @@ type ArchivePartitioning struct {
 // period, it only creates partitions that are missing.
 func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error) {
 	drv := db.Driver(cfg.Schema)
+	if err := checkOrdering(cfg); err != nil {
+		return Result{}, fmt.Errorf("outboxmigrate: %w", err)
+	}
 	part, err := partitioner(drv, cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("outboxmigrate: %w", err)
@@ -140,6 +154,11 @@ func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error
 	for _, m := range applied {
 		res.Applied = append(res.Applied, Migration(m))
 	}
+	if p, ok := drv.(driver.OrderingPreparer); ok && cfg.Ordering == outbox.OrderingAggregate {
+		if err := p.PrepareOrdering(ctx); err != nil {
+			return res, fmt.Errorf("outboxmigrate: prepare ordering: %w", err)
+		}
+	}
 	res.Version, err = drv.SchemaVersion(ctx)
 	if err != nil {
 		return res, fmt.Errorf("outboxmigrate: read version: %w", err)
@@ -148,9 +167,28 @@ func Migrate(ctx context.Context, db outbox.Database, cfg Config) (Result, error
 }
 
 // SQL returns every migration for cfg.Schema as one script in the SQL of
-// db's database, ready to vendor.
+// db's database, ready to vendor, followed, with Config.Ordering on
+// MySQL/MariaDB, by the key-sequence trigger.
 // It leaves out the archive's partitioning: see PartitionSQL.
-func SQL(db outbox.Database, cfg Config) string { return db.Driver(cfg.Schema).MigrationSQL() }
+func SQL(db outbox.Database, cfg Config) string {
+	drv := db.Driver(cfg.Schema)
+	s := drv.MigrationSQL()
+	if p, ok := drv.(driver.OrderingPreparer); ok && cfg.Ordering == outbox.OrderingAggregate {
+		if o := p.PrepareOrderingSQL(); o != "" {
+			s += "\n-- ordered delivery (outbox migrate --ordering aggregate)\n" + o
+		}
+	}
+	return s
+}
+
+// checkOrdering validates Config.Ordering.
+func checkOrdering(cfg Config) error {
+	switch cfg.Ordering {
+	case "", outbox.OrderingNone, outbox.OrderingAggregate:
+		return nil
+	}
+	return &outbox.ConfigError{Field: "Ordering", Err: fmt.Errorf("unknown ordering %q: use aggregate or none", cfg.Ordering)}
+}
 
 // PartitionSQL returns the script that partitions the archive as
 // cfg.PartitionArchive says, to run after the one SQL returns. It computes

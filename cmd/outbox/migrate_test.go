@@ -94,3 +94,24 @@ func TestLostOutputFails(t *testing.T) {
 	require.Equal(t, 1, exitErr.ExitCode())
 	require.Equal(t, "outbox: write output: write /dev/stdout: no space left on device\n", stderr.String())
 }
+
+// On MySQL/MariaDB the key-sequence trigger comes only with --ordering
+// aggregate; a wrong value is a usage error.
+func TestMigrateOrdering(t *testing.T) {
+	t.Parallel()
+	mysql := "mysql://root@127.0.0.1:3306/test"
+	plain := run(t, nil, "--database-url", mysql, "migrate", "--print")
+	requireOK(t, plain)
+	require.NotContains(t, plain.stdout, "CREATE TRIGGER")
+	ordered := run(t, nil, "--database-url", mysql, "migrate", "--print", "--ordering", "aggregate")
+	requireOK(t, ordered)
+	require.Contains(t, ordered.stdout, "-- ordered delivery (outbox migrate --ordering aggregate)\n")
+	require.Contains(t, ordered.stdout, "DELIMITER //\nCREATE TRIGGER `outbox_events_key_seq`")
+	pg := run(t, nil, "migrate", "--print", "--ordering", "aggregate")
+	requireOK(t, pg)
+	require.NotContains(t, pg.stdout, "ordered delivery", "nothing more on PostgreSQL")
+
+	res := run(t, nil, "migrate", "--ordering", "key")
+	requireFail(t, res, 2, `invalid --ordering "key": use aggregate or none`)
+	require.Empty(t, res.stdout)
+}

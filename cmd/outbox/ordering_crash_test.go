@@ -279,7 +279,7 @@ func TestOrderedRelaysSIGKILLKeepOrderMariaDB(t *testing.T) {
 // database/sql database. With shared, the writers write the same keys, and
 // each key's commit order is read back from key_seq (MySQL/MariaDB).
 func testOrderedSQLFleet(t *testing.T, url string, db *sql.DB, dialect outbox.Dialect, shared bool) {
-	requireOK(t, run(t, nil, "--database-url", url, "migrate"))
+	requireOK(t, run(t, nil, "--database-url", url, "migrate", "--ordering", "aggregate"))
 	ctx := context.Background()
 	var database outbox.Database
 	if dialect == outbox.DialectSQLite {

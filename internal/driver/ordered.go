@@ -15,6 +15,26 @@ const OrderedVersion = 7
 // a driver that cannot keep it (the three built-in databases all can).
 var ErrOrderingUnsupported = errors.New("per-aggregate ordering is not supported by this database driver")
 
+// ErrOrderingNotPrepared is returned when the schema lacks what ordered
+// delivery needs beyond the numbered migrations: on MySQL/MariaDB, the
+// trigger that numbers each aggregate's events, which only `outbox migrate
+// --ordering aggregate` (outboxmigrate.Config.Ordering) creates.
+var ErrOrderingNotPrepared = errors.New("the schema is not prepared for per-aggregate ordering: the key sequence trigger outbox_events_key_seq is missing; run outbox migrate --ordering aggregate")
+
+// OrderingPreparer is implemented by drivers whose schema needs a step of
+// its own, outside the numbered migrations, before ordered delivery: on
+// MySQL/MariaDB the key-sequence trigger, which every writer pays for.
+type OrderingPreparer interface {
+	// PrepareOrdering takes that step; it does nothing when it was taken.
+	PrepareOrdering(ctx context.Context) error
+	// PrepareOrderingSQL returns that step as a script, "" when there is
+	// none.
+	PrepareOrderingSQL() string
+	// OrderingPrepared returns nil when the step was taken (or none is
+	// needed) and an error wrapping ErrOrderingNotPrepared when not.
+	OrderingPrepared(ctx context.Context) error
+}
+
 // OrderedClaimParams selects and leases a batch that keeps per-aggregate
 // order.
 type OrderedClaimParams struct {
@@ -60,4 +80,26 @@ type BlockedAggregate struct {
 	HeadID        int64  // the event holding the others back
 	HeadStatus    string // failed, or pending while it waits for a retry
 	Waiting       int64  // later events of the aggregate that wait
+}
+
+// KeyCursor is a position in the walk of a driver's per-aggregate key rows,
+// in their primary key order; the zero value starts at the beginning.
+type KeyCursor struct {
+	AggregateType, AggregateID string
+}
+
+// KeyPruner is implemented by drivers that keep a row per aggregate beside
+// the events (MySQL/MariaDB's outbox_keys, the last key_seq given out).
+// Without pruning that table grows by one row per aggregate ever written.
+type KeyPruner interface {
+	// HasKeyRows reports whether this database keeps key rows at all
+	// (false on SQLite, whose IDs follow commit order).
+	HasKeyRows() bool
+	// PruneKeysBatch looks at up to limit key rows after after, skipping
+	// rows a writer holds, and deletes those whose aggregate has no
+	// unfinished event (pending, processing, failed), in one short
+	// transaction. It returns how many it deleted and where the next batch
+	// starts; more is false once the walk has reached the end. A driver
+	// with no key rows returns more false at once.
+	PruneKeysBatch(ctx context.Context, after KeyCursor, limit int) (deleted int64, next KeyCursor, more bool, err error)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver"
 	"github.com/outboxkit/outbox/internal/driver/mysqldriver"
 	"github.com/outboxkit/outbox/internal/driver/sqldriver"
 )
@@ -104,8 +105,14 @@ func openMariaDB(t testing.TB, empty bool, dialect outbox.Dialect) *DB {
 	ctx := context.Background()
 	database := outbox.MySQL(sdb)
 	if !empty {
-		if _, err := database.Driver("").Migrate(ctx); err != nil {
+		drv := database.Driver("")
+		if _, err := drv.Migrate(ctx); err != nil {
 			t.Fatalf("migrate: %v", err)
+		}
+		// The suite's ordered cases need the key-sequence trigger, which
+		// only a schema prepared for ordering has.
+		if err := drv.(driver.OrderingPreparer).PrepareOrdering(ctx); err != nil {
+			t.Fatalf("prepare ordering: %v", err)
 		}
 	}
 	d := mysqldriver.Dialect{}

@@ -28,6 +28,7 @@ func TestMySQLOrderedOutOfIDOrderCommits(t *testing.T) {
 	drv := mysqldriver.New(db, "")
 	_, err := drv.Migrate(ctx)
 	require.NoError(t, err)
+	require.NoError(t, drv.PrepareOrdering(ctx))
 	w := outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectMariaDB})
 	msg := func(key string) outbox.Message {
 		return outbox.Message{EventType: "e", AggregateType: "order", AggregateID: key, Payload: key}

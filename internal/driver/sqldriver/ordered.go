@@ -3,6 +3,7 @@ package sqldriver
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -502,4 +503,52 @@ LIMIT ?`, limit)
 		out = append(out, b)
 	}
 	return out, total, d.wrap(rows.Err())
+}
+
+// KeySequenceInstaller is implemented by a KeySequenced dialect whose key
+// sequence (MySQL/MariaDB's trigger) is installed apart from the numbered
+// migrations, only in schemas prepared for ordered delivery.
+type KeySequenceInstaller interface {
+	// KeySequenceSQL returns the DDL that installs it in schema.
+	KeySequenceSQL(schema string) string
+	// KeySequenceInstalled reports whether schema has it.
+	KeySequenceInstalled(ctx context.Context, q Querier, schema string) (bool, error)
+	// InstallKeySequence installs it unless schema has it.
+	InstallKeySequence(ctx context.Context, db *sql.DB, schema string) error
+}
+
+var _ driver.OrderingPreparer = (*Driver)(nil)
+
+// PrepareOrdering installs the dialect's key sequence, if it has one.
+func (d *Driver) PrepareOrdering(ctx context.Context) error {
+	if k, ok := d.d.(KeySequenceInstaller); ok {
+		return d.wrap(k.InstallKeySequence(ctx, d.db, d.schema))
+	}
+	return nil
+}
+
+// PrepareOrderingSQL returns the dialect's key-sequence DDL, or "".
+func (d *Driver) PrepareOrderingSQL() string {
+	if k, ok := d.d.(KeySequenceInstaller); ok {
+		return k.KeySequenceSQL(d.schema)
+	}
+	return ""
+}
+
+// OrderingPrepared returns nil unless the dialect has a key sequence that
+// the schema lacks, and then an error wrapping
+// driver.ErrOrderingNotPrepared.
+func (d *Driver) OrderingPrepared(ctx context.Context) error {
+	k, ok := d.d.(KeySequenceInstaller)
+	if !ok {
+		return nil
+	}
+	installed, err := k.KeySequenceInstalled(ctx, d.db, d.schema)
+	if err != nil {
+		return d.wrap(err)
+	}
+	if !installed {
+		return driver.ErrOrderingNotPrepared
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxmigrate"
 )
@@ -254,8 +255,9 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// withScratch creates and migrates a scratch space, runs fn in it and drops
-// it, also when fn fails or ctx is cancelled. It sets rep.Schema.
+// withScratch creates and migrates a scratch space (prepared for ordering
+// when rep.Ordering says so), runs fn in it and drops it, also when fn
+// fails or ctx is cancelled. It sets rep.Schema.
 func (r *Runner) withScratch(ctx context.Context, rep *Report, fn func(s scratch) error) (err error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -269,7 +271,7 @@ func (r *Runner) withScratch(ctx context.Context, rep *Report, fn func(s scratch
 		defer cancel()
 		err = errors.Join(err, s.drop(dropCtx))
 	}()
-	if _, err := outboxmigrate.Migrate(ctx, s.database(), outboxmigrate.Config{Schema: s.schema()}); err != nil {
+	if _, err := outboxmigrate.Migrate(ctx, s.database(), outboxmigrate.Config{Schema: s.schema(), Ordering: outbox.Ordering(rep.Ordering)}); err != nil {
 		return err
 	}
 	return fn(s)

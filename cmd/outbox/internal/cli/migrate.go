@@ -25,6 +25,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		logical   bool
 		dropLog   bool
 		group     string
+		ordering  string
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -42,6 +43,13 @@ deleting rows. Relays with --retention archive create the partitions ahead;
 running this again with the same period creates any that are missing. The
 period cannot be changed afterwards.
 
+With --ordering aggregate it also prepares the schema for relays with
+--ordering aggregate. On MySQL/MariaDB that creates the trigger that numbers
+each aggregate's events (outbox_events_key_seq): every writer then pays a
+second row per event, and the writers of one aggregate wait for each other,
+so it is left out unless asked for, and an ordered relay refuses to start
+without it. PostgreSQL and SQLite need nothing more.
+
 With --logical (PostgreSQL with wal_level = logical) it also creates what
 relay --capture logical streams from: a publication on the outbox table and a
 logical replication slot, both named outbox_<schema>_<group>
@@ -58,12 +66,18 @@ instead (outbox receive and the Go package inbox store received messages
 there), on a migration track of its own recorded in inbox_migrations: a
 consumer's database gets the inbox alone, and a service that writes and
 consumes runs both.`,
-		Example: "  outbox migrate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql\n  outbox migrate --inbox\n  outbox migrate --logical\n  outbox migrate --drop-logical",
+		Example: "  outbox migrate\n  outbox migrate --ordering aggregate\n  outbox migrate --partition-archive daily\n  outbox migrate --print > outbox.sql\n  outbox migrate --inbox\n  outbox migrate --logical\n  outbox migrate --drop-logical",
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
-			cfg := outboxmigrate.Config{Schema: a.schema, PartitionArchive: outboxmigrate.Period(partition)}
+			cfg := outboxmigrate.Config{Schema: a.schema, PartitionArchive: outboxmigrate.Period(partition), Ordering: outbox.Ordering(ordering)}
+			if ordering != "" && cfg.Ordering != outbox.OrderingAggregate && cfg.Ordering != outbox.OrderingNone {
+				return usagef("invalid --ordering %q: use aggregate or none", ordering)
+			}
 			if partition != "" && cfg.PartitionArchive != outboxmigrate.PeriodDaily && cfg.PartitionArchive != outboxmigrate.PeriodWeekly {
 				return usagef("invalid --partition-archive %q: use daily or weekly", partition)
+			}
+			if inboxOnly && ordering != "" {
+				return usagef("invalid --ordering with --inbox: ordering concerns the outbox; migrate the outbox and the inbox in two runs")
 			}
 			if inboxOnly && partition != "" {
 				return usagef("invalid --partition-archive with --inbox: the inbox has no archive; migrate the outbox and the inbox in two runs")
@@ -165,6 +179,9 @@ consumes runs both.`,
 				}
 				a.stdout.printf("schema is now at version %d\n", res.Version)
 			}
+			if cfg.Ordering == outbox.OrderingAggregate {
+				a.stdout.printf("schema is prepared for relays with --ordering aggregate\n")
+			}
 			if logical {
 				return a.setupLogical(cmd.Context(), group)
 			}
@@ -187,6 +204,7 @@ consumes runs both.`,
 	f.StringVar(&partition, "partition-archive", "", "partition outbox_events_archive by processed_at: daily or weekly (PostgreSQL only)")
 	tenants.addFlags(f, "migrate every schema")
 	f.BoolVar(&inboxOnly, "inbox", false, "migrate the consumer side's inbox_messages table (its own track, inbox_migrations) instead of the outbox")
+	f.StringVar(&ordering, "ordering", "", "aggregate: also prepare the schema for ordered relays (on MySQL/MariaDB the key-sequence trigger, which every writer pays for)")
 	f.BoolVar(&logical, "logical", false, "also create the publication and the logical replication slot of relay --capture logical (PostgreSQL with wal_level = logical)")
 	f.BoolVar(&dropLog, "drop-logical", false, "drop the replication slot and the publication of relay --capture logical (stop those relays first), and nothing else")
 	f.StringVar(&group, "capture-group", outboxcdc.GroupDefault, "with --logical or --drop-logical, the relay group whose slot and publication (outbox_<schema>_<group>) to create or drop")

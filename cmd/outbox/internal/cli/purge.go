@@ -27,6 +27,10 @@ partition that lies wholly before the cutoff, after counting its rows, and
 deletes in batches only in the partition that straddles it; the count it
 prints is exact either way.
 
+On MySQL/MariaDB purge then deletes the outbox_keys rows (the per-aggregate
+sequences of ordered delivery) of aggregates with no pending, processing or
+failed event, in batches, passing over rows a writer holds.
+
 DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 		Example: "  outbox purge --older-than 7d\n  outbox purge --older-than 30d --status failed",
 		Args:    cobra.NoArgs,
@@ -60,6 +64,13 @@ DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 				return fmt.Errorf("purge (%d events deleted before the error): %w", n, err)
 			}
 			a.stdout.printf("purged %d %s events older than %s\n", n, st, olderThan)
+			k, err := m.PruneKeys(cmd.Context(), batchSize, nil)
+			if err != nil {
+				return fmt.Errorf("purge: pruning outbox_keys (%d rows deleted before the error): %w", k, err)
+			}
+			if k > 0 {
+				a.stdout.printf("pruned %d outbox_keys rows of aggregates with no unfinished event\n", k)
+			}
 			return nil
 		}),
 	}
