@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"log/slog"
 	"slices"
 	"sync"
@@ -57,7 +58,7 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 //
 //	go test -run '^$' -bench BenchmarkTenantsDrain -benchtime 1x .
 func BenchmarkTenantsDrain(b *testing.B) {
-	const tenants, perTenant = 100, 2000
+	tenants, perTenant := smoke(100, 10), smoke(2000, 200)
 	total := tenants * perTenant
 	if testing.Short() {
 		b.Skip("drains 400,000 events")
@@ -123,7 +124,7 @@ func BenchmarkTenantsQuietLatency(b *testing.B) {
 	for range b.N {
 		bb := tenantBundle{ctx: context.Background(), pool: testutil.Pool(b), prefix: "tq_" + fmt.Sprint(time.Now().UnixNano()%1e8) + "_"}
 		flood, quietTenant := bb.tenant(b, "flood"), bb.tenant(b, "quiet")
-		const backlog = 200_000
+		backlog := smoke(200_000, 5_000)
 		_, err := bb.pool.Exec(bb.ctx, `INSERT INTO `+testutil.Table(flood)+` (event_type, payload)
 SELECT 'bench', '{"n":1}' FROM generate_series(1, $1)`, backlog)
 		require.NoError(b, err)
@@ -135,7 +136,7 @@ SELECT 'bench', '{"n":1}' FROM generate_series(1, $1)`, backlog)
 		require.NoError(b, err)
 		require.NoError(b, ts.Start(bb.ctx))
 		written := map[int64]time.Time{}
-		for sink.n.Load() < backlog-20_000 {
+		for sink.n.Load() < int64(backlog-backlog/10) {
 			var id int64
 			var at time.Time
 			require.NoError(b, bb.pool.QueryRow(bb.ctx, `INSERT INTO `+testutil.Table(quietTenant)+` (event_type, payload)
@@ -177,7 +178,7 @@ func BenchmarkTenantsThousand(b *testing.B) {
 	if testing.Short() {
 		b.Skip("creates 1,000 schemas")
 	}
-	const tenants, active, rate = 1000, 10, 100
+	tenants, active, rate := smoke(1000, 50), smoke(10, 5), 100
 	for range b.N {
 		bb := tenantBundle{ctx: context.Background(), pool: testutil.Pool(b), prefix: "tk_" + fmt.Sprint(time.Now().UnixNano()%1e8) + "_"}
 		schemas := make([]string, tenants)
@@ -200,9 +201,9 @@ func BenchmarkTenantsThousand(b *testing.B) {
 		require.NoError(b, err)
 		require.NoError(b, ts.Start(bb.ctx))
 		require.Len(b, ts.Schemas(), tenants)
-		time.Sleep(5 * time.Second) // past the relays' start-up
+		time.Sleep(time.Duration(smoke(5, 1)) * time.Second) // past the relays' start-up
 		before, start := tracer.n.Load(), time.Now()
-		time.Sleep(20 * time.Second) // a rate over wall time
+		time.Sleep(time.Duration(smoke(20, 2)) * time.Second) // a rate over wall time
 		idleRate := float64(tracer.n.Load()-before) / time.Since(start).Seconds()
 
 		var (
@@ -210,11 +211,11 @@ func BenchmarkTenantsThousand(b *testing.B) {
 			written = map[string]time.Time{}
 			wg      sync.WaitGroup
 		)
-		stop := time.Now().Add(10 * time.Second)
+		stop := time.Now().Add(time.Duration(smoke(10, 2)) * time.Second)
 		for i := range active {
 			s := schemas[i*(tenants/active)]
 			wg.Go(func() {
-				tick := time.NewTicker(time.Second / rate)
+				tick := time.NewTicker(time.Second / time.Duration(rate))
 				defer tick.Stop()
 				for time.Now().Before(stop) {
 					<-tick.C
@@ -250,7 +251,7 @@ VALUES ('ping', '{}') RETURNING id, clock_timestamp()`).Scan(&id, &at); err != n
 		require.NoError(b, ts.Stop(bb.ctx))
 		slices.Sort(lat)
 		b.ReportMetric(idleRate, "idle-stmt/s")
-		b.ReportMetric(float64(len(lat))/10, "active-ev/s")
+		b.ReportMetric(float64(len(lat))/float64(smoke(10, 2)), "active-ev/s")
 		b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Milliseconds()), "p99-ms")
 	}
@@ -270,4 +271,15 @@ func (s *latencySink) Publish(_ context.Context, events []outbox.Event) []error 
 		s.at[e.UniqueID()] = now
 	}
 	return nil
+}
+
+// smoke returns full, or small when OUTBOX_BENCH_SMOKE=1: scripts/test runs
+// every benchmark once under -race as a smoke test of its code, where the
+// full sizes (hundreds of thousands of events, a thousand schemas) would take
+// minutes and measure nothing.
+func smoke(full, small int) int {
+	if os.Getenv("OUTBOX_BENCH_SMOKE") == "1" {
+		return small
+	}
+	return full
 }
