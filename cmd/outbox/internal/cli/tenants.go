@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ type tenantFlags struct {
 	schemas  string
 	query    string
 	refresh  time.Duration
+	metrics  string   // --tenant-metrics: per-tenant or aggregate
 	fileURLs []string // the config file's database.urls
 }
 
@@ -121,7 +123,12 @@ func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error
 // own until ctx ends. With several databases each runs apart: one that is
 // down, slow or unreachable holds up only its own tenants, and is retried
 // until it answers.
-func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags) error {
+func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags, o *observability) error {
+	obs, err := a.startTenantObservers(ctx, o, &cfg, sinkName, t.metrics)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
 	a.logger.Info("relay publishing tenants to sink", "sink", sinkName, "relay_id", cfg.RelayID,
 		"tenant_schemas", t.schemas, "tenant_query", t.query, "databases", len(dbs), "retention", string(cfg.Retention), "listen", cfg.Listen)
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -133,7 +140,7 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 	})
 	defer stopNote()
 	if len(dbs) == 1 {
-		ts, closePool, err := a.newTenants(ctx, dbs[0], cfg, t)
+		ts, closePool, err := a.newTenants(ctx, dbs[0], cfg, t, obs)
 		if err != nil {
 			return err
 		}
@@ -142,7 +149,7 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 	}
 	errs := make(chan error, len(dbs))
 	for _, d := range dbs {
-		go func() { errs <- a.serveTenantDatabase(runCtx, d, cfg, t) }()
+		go func() { errs <- a.serveTenantDatabase(runCtx, d, cfg, t, obs) }()
 	}
 	var first error
 	for range dbs {
@@ -157,7 +164,7 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 // newTenants makes the pool and the tenant supervisor of one database.
 // With one database the pool is connected at once, so a wrong URL fails
 // the command.
-func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) (*outbox.Tenants, func(), error) {
+func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) (*outbox.Tenants, func(), error) {
 	pc := d.pc
 	outbox.ConfigureRelayPool(pc, cfg.RelayID)
 	if cfg.PgBouncer {
@@ -182,8 +189,17 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 	if err != nil {
 		return nil, nil, err
 	}
-	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+	db := outbox.Postgres(pool)
+	// The metrics name the database even when it is the only one (whose
+	// events' ids stay unqualified by it).
+	observers, err := obs.tenantMetrics(db, cmp.Or(d.label, describeDatabase(pc)))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	ts, err := outbox.NewTenants(db, outbox.TenantsConfig{
 		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Database: d.label, Logger: a.logger,
+		Observers: observers,
 	})
 	if err != nil {
 		pool.Close()
@@ -194,8 +210,8 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 
 // serveTenantDatabase runs one database's tenants until ctx ends,
 // starting them again (with backoff) while the database does not answer.
-func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) error {
-	ts, closePool, err := a.newTenants(ctx, d, cfg, t)
+func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) error {
+	ts, closePool, err := a.newTenants(ctx, d, cfg, t, obs)
 	if err != nil {
 		return err
 	}
