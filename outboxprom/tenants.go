@@ -18,7 +18,7 @@ type TenantMode string
 // Tenant modes.
 const (
 	// TenantPerTenant gives every tenant its own series, schema label the
-	// tenant's schema: about 150 series per tenant (docs/observability.md).
+	// tenant's schema: about 130 series per tenant (docs/observability.md).
 	TenantPerTenant TenantMode = "per-tenant"
 	// TenantAggregate sums every tenant of the database into one set of
 	// relay series with schema label AggregateSchema, and leaves the table

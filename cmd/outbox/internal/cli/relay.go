@@ -151,7 +151,7 @@ outbox-relay:<relay-id>.`,
 	f.DurationVar(&rf.cfg.HeartbeatInterval, "heartbeat-interval", outbox.HeartbeatIntervalDefault, "how often to renew the relay's row in outbox_relays, which lists running relays in stats and on the dashboard (stale after three missed); 0 for none")
 	rf.tenants.addFlags(f, "serve every tenant schema")
 	f.DurationVar(&rf.tenants.refresh, "tenant-refresh", outbox.TenantRefreshDefault, "with --tenant-schemas or --tenant-query, how often to discover tenants again: a new tenant is served, a removed one stopped, within it")
-	f.StringVar(&rf.tenants.metrics, "tenant-metrics", string(outboxprom.TenantPerTenant), "with --metrics-addr and tenants: per-tenant (series labelled by schema, about 150 per tenant) or aggregate (one set of series for all tenants of a database, for fleets of thousands)")
+	f.StringVar(&rf.tenants.metrics, "tenant-metrics", string(outboxprom.TenantPerTenant), "with --metrics-addr and tenants: per-tenant (series labelled by schema, about 130 per tenant) or aggregate (one set of series for all tenants of a database, for fleets of thousands)")
 	rf.obs.addFlags(f)
 	return cmd
 }
