@@ -421,3 +421,46 @@ SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) 
 	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--tenant-schemas", prefix+"*", "--sink", "stdout:",
 		"--tenant-metrics", "per-schema"), 2, `invalid --tenant-metrics "per-schema": use per-tenant or aggregate`)
 }
+
+// events retry --status failed --tenant-schemas retries every tenant's
+// dead letters (filters apply per tenant), reporting per tenant and in
+// total; --dry-run changes nothing.
+func TestEventsRetryTenantSchemas(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	for s, n := range map[string]int{acme: 3, globex: 2} {
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, payload, status, attempts, last_error)
+SELECT CASE WHEN g = 1 THEN 'other.type' ELSE 'thing.happened' END, '{}', 'failed', 5, 'HTTP 500' FROM generate_series(1, $1) g`, n)
+		require.NoError(t, err)
+	}
+	failed := func(s string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+testutil.Table(s)+` WHERE status = 'failed'`).Scan(&n))
+		return n
+	}
+	db := []string{"--database-url", testutil.DatabaseURL(), "events", "retry", "--status", "failed", "--tenant-schemas", prefix + "*"}
+
+	res := run(t, nil, append(db, "--dry-run")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, fmt.Sprintf("%q: would retry 3 failed events\n%q: would retry 2 failed events\nwould retry 5 failed events in 2 tenant schemas (dry run: nothing changed)\n", acme, globex), res.stdout)
+	require.Equal(t, 3, failed(acme))
+
+	res = run(t, nil, append(db, "--type", "thing.happened")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, fmt.Sprintf("%q: retried 2 failed events\n%q: retried 1 failed events\nretried 3 failed events in 2 tenant schemas\n", acme, globex), res.stdout)
+	require.Equal(t, 1, failed(acme))
+	require.Equal(t, 1, failed(globex))
+
+	res = run(t, nil, db...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "retried 2 failed events in 2 tenant schemas\n")
+	require.Zero(t, failed(acme)+failed(globex))
+
+	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "events", "retry", "7", "--tenant-schemas", prefix+"*"), 2, "event IDs repeat across tenants")
+	requireFail(t, run(t, nil, append(db[:len(db)-1], prefix+"nomatch*")...), 1, "no tenant schema with an outbox matches")
+}

@@ -341,6 +341,43 @@ type tenantsStatsJSON struct {
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
 }
 
+// eachTenant runs fn with a Manager for every tenant schema holding an
+// outbox, in name order, printing a line for each tenant fn fails on and
+// going on; it returns how many tenants there were and how many failed.
+func (a *app) eachTenant(ctx context.Context, t *tenantFlags, fn func(schema string, m *outbox.Manager) error) (n, failed int, err error) {
+	if t.schemas != "" && t.query != "" {
+		return 0, 0, usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return 0, 0, usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = closer.Close() }()
+	if kind != dburl.KindPostgres {
+		return 0, 0, usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
+	}
+	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(schemas) == 0 {
+		return 0, 0, errors.New("no tenant schema with an outbox matches: check the glob or query")
+	}
+	for _, s := range schemas {
+		if err := ctx.Err(); err != nil {
+			return len(schemas), failed, err
+		}
+		if err := fn(s, outbox.NewManager(db, outbox.ManagerConfig{Schema: s})); err != nil {
+			a.stdout.printf("%s: failed: %s\n", quoteSchema(s), a.redact.String(err.Error()))
+			failed++
+		}
+	}
+	return len(schemas), failed, nil
+}
+
 // tenantStats counts every tenant's events, one tenant at a time (the
 // counts of one schema are what Manager.Stats reads), and writes them.
 func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) error {
