@@ -464,3 +464,48 @@ SELECT CASE WHEN g = 1 THEN 'other.type' ELSE 'thing.happened' END, '{}', 'faile
 	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "events", "retry", "7", "--tenant-schemas", prefix+"*"), 2, "event IDs repeat across tenants")
 	requireFail(t, run(t, nil, append(db[:len(db)-1], prefix+"nomatch*")...), 1, "no tenant schema with an outbox matches")
 }
+
+// stats --watch --tenant-schemas redraws the per-tenant counts: a block
+// per refresh, or a JSON line, and sees a tenant created meanwhile.
+func TestStatsWatchTenants(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	_, err := pgdriver.Migrate(ctx, pool, acme)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(acme)+` (event_type, payload) SELECT 'x', '{}' FROM generate_series(1, 3)`)
+	require.NoError(t, err)
+
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "stats", "--tenant-schemas", prefix+"*", "--watch", "--json", "--interval", "100ms")
+	testutil.WaitFor(t, 20*time.Second, "a first line", func() bool { return strings.Count(p.stdout.String(), "\n") >= 1 })
+	_, err = pgdriver.Migrate(ctx, pool, globex)
+	require.NoError(t, err)
+	testutil.WaitFor(t, 20*time.Second, "the new tenant counted", func() bool {
+		return strings.Contains(p.stdout.String(), `"schema":"`+globex+`"`)
+	})
+	require.Equal(t, 0, p.stop(t, syscall.SIGINT), p.stderr.String())
+	lines := strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
+	var doc struct {
+		At      time.Time `json:"at"`
+		Pending int       `json:"pending"`
+		Tenants []struct {
+			Schema  string `json:"schema"`
+			Pending int    `json:"pending"`
+		} `json:"tenants"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &doc), lines[0])
+	require.False(t, doc.At.IsZero())
+	require.Equal(t, 3, doc.Pending)
+	require.Len(t, doc.Tenants, 1)
+	require.Equal(t, acme, doc.Tenants[0].Schema)
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &doc))
+	require.Len(t, doc.Tenants, 2)
+
+	p = start(t, nil, "--database-url", testutil.DatabaseURL(), "stats", "--tenant-schemas", prefix+"*", "--watch", "--interval", "100ms")
+	testutil.WaitFor(t, 20*time.Second, "two blocks", func() bool { return strings.Count(p.stdout.String(), "total (2 tenants)") >= 2 })
+	require.Equal(t, 0, p.stop(t, syscall.SIGINT), p.stderr.String())
+	require.Contains(t, p.stdout.String(), "# ")
+	require.Contains(t, p.stdout.String(), acme)
+}

@@ -11,7 +11,7 @@ import (
 
 func (a *app) eventsRetryCommand() *cobra.Command {
 	var (
-		status string
+		status  string
 		ff      filterFlags
 		dryRun  bool
 		tenants tenantFlags

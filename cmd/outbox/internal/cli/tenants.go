@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -378,9 +381,18 @@ func (a *app) eachTenant(ctx context.Context, t *tenantFlags, fn func(schema str
 	return len(schemas), failed, nil
 }
 
+// tenantStatsWatchJSON is one line of stats --tenant-schemas --watch --json.
+type tenantStatsWatchJSON struct {
+	At time.Time `json:"at"`
+	tenantsStatsJSON
+}
+
 // tenantStats counts every tenant's events, one tenant at a time (the
-// counts of one schema are what Manager.Stats reads), and writes them.
-func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) error {
+// counts of one schema are what Manager.Stats reads), and writes them;
+// with watch, again every interval (discovering tenants each time) until
+// ctx ends: redrawn in place on a terminal, a block or a JSON line per
+// refresh elsewhere.
+func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON, watch bool, interval time.Duration) error {
 	if t.schemas != "" && t.query != "" {
 		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
 	}
@@ -395,15 +407,78 @@ func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) erro
 	if kind != dburl.KindPostgres {
 		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
 	}
+	if !watch {
+		doc, err := countTenants(ctx, db, t)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(a.stdout, doc)
+		}
+		return writeTenantStats(a.stdout, doc)
+	}
+	tty := !asJSON && isTerminal(a.stdout.w)
+	lines := 0
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		doc, err := countTenants(ctx, db, t)
+		if ctx.Err() != nil {
+			return nil // interrupted: the normal end of a watch
+		}
+		if err != nil {
+			return err
+		}
+		at := time.Now()
+		if asJSON {
+			data, err := json.Marshal(tenantStatsWatchJSON{At: at.UTC().Truncate(time.Millisecond), tenantsStatsJSON: doc})
+			if err != nil {
+				return err
+			}
+			if _, err := a.stdout.w.Write(append(data, '\n')); err != nil {
+				return err
+			}
+		} else {
+			var b bytes.Buffer
+			if tty {
+				fmt.Fprintf(&b, "outbox stats, %d tenants, every %s, at %s (Ctrl-C to stop)\n\n", len(doc.Tenants), interval, at.Format(time.TimeOnly))
+			} else {
+				fmt.Fprintf(&b, "# %s\n", at.UTC().Format(time.RFC3339))
+			}
+			if err := writeTenantStats(&b, doc); err != nil {
+				return err
+			}
+			if !tty {
+				b.WriteString("\n")
+			}
+			block := b.String()
+			if tty && lines > 0 {
+				block = fmt.Sprintf("\033[%dA\r\033[J", lines) + block
+			}
+			lines = strings.Count(b.String(), "\n")
+			if _, err := io.WriteString(a.stdout.w, block); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// countTenants discovers the tenants and counts their events.
+func countTenants(ctx context.Context, db outbox.Database, t *tenantFlags) (tenantsStatsJSON, error) {
 	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
 	if err != nil {
-		return err
+		return tenantsStatsJSON{}, err
 	}
 	doc := tenantsStatsJSON{Tenants: make([]tenantStatsJSON, 0, len(schemas))}
 	for _, s := range schemas {
 		st, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: s}).Stats(ctx)
 		if err != nil {
-			return fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
+			return doc, fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
 		}
 		c := outboxadmin.NewCountsJSON(st)
 		doc.Tenants = append(doc.Tenants, tenantStatsJSON{Schema: s, Pending: c.Pending, Processing: c.Processing,
@@ -417,10 +492,12 @@ func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) erro
 	sort.SliceStable(doc.Tenants, func(i, j int) bool {
 		return doc.Tenants[i].OldestPendingAgeSeconds > doc.Tenants[j].OldestPendingAgeSeconds
 	})
-	if asJSON {
-		return writeJSON(a.stdout, doc)
-	}
-	tw := newTable(a.stdout, 2)
+	return doc, nil
+}
+
+// writeTenantStats writes doc as a table sorted by lag, with a total row.
+func writeTenantStats(w io.Writer, doc tenantsStatsJSON) error {
+	tw := newTable(w, 2)
 	tw.row("tenant\tpending\tprocessing\tprocessed\tfailed\toldest pending age\n")
 	for _, r := range doc.Tenants {
 		tw.row("%s\t%d\t%d\t%d\t%d\t%s\n", safeText(r.Schema), r.Pending, r.Processing, r.Processed, r.Failed,
