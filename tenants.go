@@ -76,6 +76,22 @@ type TenantsConfig struct {
 	// Logger receives the supervisor's logs and, with a tenant attribute,
 	// the tenant relays'. Defaults to Relay.Logger, else slog.Default().
 	Logger *slog.Logger
+	// Observers give each tenant's relay hooks of its own (such as
+	// per-tenant metrics, outboxprom.TenantMetrics), beside Relay.Hooks,
+	// which every tenant's relay shares.
+	Observers []TenantObserver
+}
+
+// TenantObserver makes the hooks of each tenant's relay: observability
+// that keeps tenants apart, such as metrics labelled by schema.
+type TenantObserver interface {
+	// TenantHooks returns the hooks of tenant schema's relay; Tenants
+	// calls it before starting the relay.
+	TenantHooks(schema string) []Hook
+	// TenantStopped says the relay of schema has stopped (the tenant was
+	// removed, or its relay did not start): drop what TenantHooks made.
+	// A tenant discovered again gets TenantHooks again.
+	TenantStopped(schema string)
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -301,7 +317,10 @@ func (t *Tenants) stopAll(ctx context.Context) error {
 		errs = make(chan error, len(relays))
 	)
 	for _, r := range relays {
-		wg.Go(func() { errs <- r.Stop(ctx) })
+		wg.Go(func() {
+			errs <- r.Stop(ctx)
+			t.stopped(r.cfg.Tenant)
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -404,6 +423,7 @@ func (t *Tenants) refresh(ctx context.Context) error {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 			defer cancel()
 			_ = r.Stop(stopCtx)
+			t.stopped(r.cfg.Tenant)
 		})
 	}
 	idle := max(t.cfg.IdlePoll, time.Duration(len(names))*tenantIdlePollPerTenant)
@@ -417,6 +437,7 @@ func (t *Tenants) refresh(ctx context.Context) error {
 		if !t.started {
 			t.mu.Unlock()
 			_ = r.Stop(ctx)
+			t.stopped(s)
 			return nil
 		}
 		t.relays[s] = r
@@ -445,14 +466,29 @@ func (t *Tenants) startRelay(ctx context.Context, s string, idle time.Duration) 
 		cfg.HeartbeatInterval = max(cfg.HeartbeatInterval, idle)
 	}
 	cfg.Logger = t.relayLog.With(slog.String("tenant", s))
+	if len(t.cfg.Observers) > 0 {
+		cfg.Hooks = slices.Clone(cfg.Hooks)
+		for _, o := range t.cfg.Observers {
+			cfg.Hooks = append(cfg.Hooks, o.TenantHooks(s)...)
+		}
+	}
 	r, err := NewRelay(t.db, cfg)
 	if err != nil {
+		t.stopped(s)
 		return nil, err
 	}
 	if err := r.Start(ctx); err != nil {
+		t.stopped(s)
 		return nil, err
 	}
 	return r, nil
+}
+
+// stopped tells the observers that the relay of schema has stopped.
+func (t *Tenants) stopped(schema string) {
+	for _, o := range t.cfg.Observers {
+		o.TenantStopped(schema)
+	}
 }
 
 func (t *Tenants) refreshLoop(ctx context.Context) {

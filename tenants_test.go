@@ -438,3 +438,94 @@ func TestTenantsListenWakesTheNotifiedTenant(t *testing.T) {
 	}
 	require.Equal(t, 1, listening(), "one LISTEN connection for every tenant")
 }
+
+// Ordered delivery (--ordering aggregate) under Tenants: order is per
+// tenant and key. Both tenants have the same keys and the same IDs; one
+// tenant's key fails twice, holding back that key's later events in that
+// tenant only, and every (tenant, key) is acknowledged in commit order.
+func TestTenantsOrderedAggregatePerTenantAndKey(t *testing.T) {
+	t.Parallel()
+	b := setupTenants(t)
+	acme, globex := b.tenant(t, "acme"), b.tenant(t, "globex")
+	const keys, rounds = 5, 4
+	for _, s := range []string{acme, globex} {
+		for range rounds {
+			_, err := b.pool.Exec(b.ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, aggregate_type, aggregate_id, payload)
+SELECT 'thing.happened', 'thing', 'k' || g, '{}' FROM generate_series(0, $1 - 1) g ORDER BY g`, keys)
+			require.NoError(t, err)
+		}
+	}
+	want := map[string][]int64{} // tenant/key → ids in commit order
+	for _, s := range []string{acme, globex} {
+		rows, err := b.pool.Query(b.ctx, `SELECT id, aggregate_id FROM `+testutil.Table(s)+` ORDER BY id`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var (
+				id  int64
+				key string
+			)
+			require.NoError(t, rows.Scan(&id, &key))
+			want[s+"/"+key] = append(want[s+"/"+key], id)
+		}
+		require.NoError(t, rows.Err())
+	}
+	stuck := want[acme+"/k1"][1] // acme's second k1 event; globex has the same id
+	var (
+		mu       sync.Mutex
+		failures int
+	)
+	sink := &orderSink{}
+	sink.setFail(func(e outbox.Event) error {
+		if e.Tenant == acme && e.ID == stuck {
+			mu.Lock()
+			defer mu.Unlock()
+			if failures < 2 {
+				failures++
+				return fmt.Errorf("refused %d", failures)
+			}
+		}
+		return nil
+	})
+	b.start(t, outbox.TenantsConfig{Relay: outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, BatchSize: 4,
+		Workers: 2, MaxAttempts: 5, BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
+	testutil.WaitFor(t, 30*time.Second, "every event of both tenants processed", func() bool {
+		n := 0
+		for _, s := range []string{acme, globex} {
+			var c int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+testutil.Table(s)+` WHERE status = 'processed'`).Scan(&c))
+			n += c
+		}
+		return n == 2*keys*rounds
+	})
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Zero(t, sink.unordered, "every publish asked for key order")
+	got := map[string][]int64{}
+	seen := map[string]bool{}
+	for _, e := range sink.acked {
+		if !seen[e.UniqueID()] {
+			seen[e.UniqueID()] = true
+			got[e.Tenant+"/"+e.AggregateID] = append(got[e.Tenant+"/"+e.AggregateID], e.ID)
+		}
+	}
+	require.Equal(t, want, got, "per tenant and key, first acknowledgements in commit order")
+	mu.Lock()
+	require.Equal(t, 2, failures)
+	mu.Unlock()
+	// The failing key held back acme's later k1 events: none was sent
+	// before the stuck event's third, successful, send.
+	sends, okAt := 0, -1
+	for i, e := range sink.sent {
+		if e.Tenant == acme && e.ID == stuck {
+			if sends++; sends == 3 {
+				okAt = i
+			}
+		}
+	}
+	require.Equal(t, 3, sends)
+	for i, e := range sink.sent {
+		if e.Tenant == acme && e.AggregateID == "k1" && e.ID > stuck {
+			require.Greater(t, i, okAt, "acme's k1 event %d was sent before %d succeeded", e.ID, stuck)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,9 +35,12 @@ type Alert struct {
 	// Text is one line for people; chat webhooks (Slack, Mattermost) show
 	// the text field as the message.
 	Text string `json:"text"`
-	// Schema and Relay say where the events were dead-lettered.
-	Schema string `json:"schema"`
-	Relay  string `json:"relay,omitempty"`
+	// Schema and Relay say where the events were dead-lettered. For a
+	// relay of outbox.Tenants, Schema is the tenant when every event is
+	// one tenant's, and Tenants lists (up to 20 of) the tenants otherwise.
+	Schema  string   `json:"schema"`
+	Tenants []string `json:"tenants,omitempty"`
+	Relay   string   `json:"relay,omitempty"`
 	// Time is when the alert was sent.
 	Time time.Time `json:"time"`
 	// Count is how many events were dead-lettered; FirstAt and LastAt when
@@ -57,6 +61,11 @@ type Event struct {
 	AggregateType string `json:"aggregate_type,omitempty"`
 	AggregateID   string `json:"aggregate_id,omitempty"`
 	Attempts      int    `json:"attempts"`
+	// Tenant and Database say which tenant schema, of which database, the
+	// event was dead-lettered in (Event.Tenant, Event.Database); empty for
+	// a relay of one schema.
+	Tenant   string `json:"tenant,omitempty"`
+	Database string `json:"database,omitempty"`
 	// LastError is the publish error that dead-lettered the event;
 	// Permanent says whether the sink marked it as one retrying cannot fix.
 	LastError string    `json:"last_error"`
@@ -77,6 +86,15 @@ func (a *Alerter) add(e outbox.Event, err error) {
 	}
 	p.Count++
 	p.LastAt = now
+	if e.Tenant != "" {
+		name := e.Tenant
+		if e.Database != "" {
+			name = e.Database + "/" + e.Tenant
+		}
+		if !slices.Contains(p.Tenants, name) && len(p.Tenants) < maxTenants {
+			p.Tenants = append(p.Tenants, name)
+		}
+	}
 	if len(p.Events) < a.cfg.MaxEvents {
 		lastErr := e.LastError
 		if lastErr == "" && err != nil {
@@ -86,7 +104,7 @@ func (a *Alerter) add(e outbox.Event, err error) {
 		// from a hook caller other than the relay may hold anything.
 		lastErr = errtext.Sanitize(lastErr, errtext.MaxLen)
 		p.Events = append(p.Events, Event{ID: e.ID, Type: e.EventType, AggregateType: e.AggregateType,
-			AggregateID: e.AggregateID, Attempts: e.Attempts, LastError: lastErr, Permanent: outbox.IsPermanent(err), At: now})
+			AggregateID: e.AggregateID, Attempts: e.Attempts, Tenant: e.Tenant, Database: e.Database, LastError: lastErr, Permanent: outbox.IsPermanent(err), At: now})
 	}
 	if _, ok := p.EventTypes[e.EventType]; ok || len(p.EventTypes) < maxTypes {
 		p.EventTypes[e.EventType]++
@@ -102,6 +120,22 @@ func (p *Alert) finish(now time.Time) {
 	for i := range p.Events {
 		p.Events[i].At = p.Events[i].At.UTC()
 	}
+	where := "schema " + p.Schema
+	switch {
+	case len(p.Tenants) == 1:
+		p.Schema = p.Events[0].Tenant
+		where = "tenant " + p.Tenants[0]
+	case len(p.Tenants) > 1:
+		n, names := fmt.Sprint(len(p.Tenants)), p.Tenants[:min(len(p.Tenants), 5)]
+		if len(p.Tenants) == maxTenants {
+			n += "+" // more were not recorded
+		}
+		list := strings.Join(names, ", ")
+		if len(p.Tenants) > len(names) {
+			list += ", …"
+		}
+		where = fmt.Sprintf("%s tenants (%s)", n, list)
+	}
 	if p.Count == 1 && len(p.Events) == 1 {
 		e := p.Events[0]
 		p.Kind = KindDeadLetter
@@ -109,8 +143,8 @@ func (p *Alert) finish(now time.Time) {
 		if e.AggregateType != "" || e.AggregateID != "" {
 			agg = fmt.Sprintf(", %s %s", e.AggregateType, e.AggregateID)
 		}
-		p.Text = fmt.Sprintf("outbox: event %d (%s%s) dead-lettered in schema %s after %d attempts: %s",
-			e.ID, e.Type, agg, p.Schema, e.Attempts, clip(e.LastError, 300))
+		p.Text = fmt.Sprintf("outbox: event %d (%s%s) dead-lettered in %s after %d attempts: %s",
+			e.ID, e.Type, agg, where, e.Attempts, clip(e.LastError, 300))
 		return
 	}
 	p.Kind = KindDeadLetterSummary
@@ -139,8 +173,8 @@ func (p *Alert) finish(now time.Time) {
 	if p.Count > len(ids) {
 		ids = append(ids, "…")
 	}
-	p.Text = fmt.Sprintf("outbox: %d events dead-lettered in schema %s since %s (%s); IDs %s",
-		p.Count, p.Schema, p.FirstAt.Format(time.RFC3339), strings.Join(byType, ", "), strings.Join(ids, ", "))
+	p.Text = fmt.Sprintf("outbox: %d events dead-lettered in %s since %s (%s); IDs %s",
+		p.Count, where, p.FirstAt.Format(time.RFC3339), strings.Join(byType, ", "), strings.Join(ids, ", "))
 	if n := len(p.Events); n > 0 {
 		p.Text += "; last error: " + clip(p.Events[n-1].LastError, 300)
 	}

@@ -57,6 +57,9 @@ const retryBackoffMax = time.Hour
 // OtherTypes.
 const maxTypes = 50
 
+// maxTenants bounds the tenants an alert lists.
+const maxTenants = 20
+
 // OtherTypes is the event_types key that counts the types past the first
 // 50 of a summary.
 const OtherTypes = "_other"

@@ -425,3 +425,35 @@ func TestOnDeadLetterAfterCloseIsIgnored(t *testing.T) {
 	_, n := w.snapshot()
 	require.Zero(t, n)
 }
+
+// A tenant relay's alerts name the tenant: the one of a single event, all
+// of them in a summary.
+func TestAlertNamesTheTenant(t *testing.T) {
+	t.Parallel()
+	w := newWebhook(t, nil)
+	a, _ := newAlerter(t, outboxalert.Config{URL: w.URL, Interval: time.Hour})
+	tenantEvent := func(id int64, tenant string) outbox.Event {
+		e := deadEvent(id, "order.created")
+		e.Tenant, e.Database = tenant, "db1:5432/app"
+		return e
+	}
+	a.OnDeadLetter(context.Background(), tenantEvent(7, "s_acme"), errors.New("broker said no"))
+	w.wait(t, 1)
+	a.OnDeadLetter(context.Background(), tenantEvent(7, "s_globex"), errors.New("broker said no"))
+	a.OnDeadLetter(context.Background(), tenantEvent(8, "s_acme"), errors.New("broker said no"))
+	closeAlerter(t, a)
+	w.wait(t, 2)
+
+	alerts, _ := w.snapshot()
+	require.Len(t, alerts, 2)
+	one := alerts[0]
+	require.Equal(t, "s_acme", one.Schema)
+	require.Equal(t, []string{"db1:5432/app/s_acme"}, one.Tenants)
+	require.Equal(t, "s_acme", one.Events[0].Tenant)
+	require.Equal(t, "db1:5432/app", one.Events[0].Database)
+	require.Equal(t, "outbox: event 7 (order.created, order 7) dead-lettered in tenant db1:5432/app/s_acme after 5 attempts: broker said no", one.Text)
+	sum := alerts[1]
+	require.Equal(t, outboxalert.KindDeadLetterSummary, sum.Kind)
+	require.Equal(t, []string{"db1:5432/app/s_globex", "db1:5432/app/s_acme"}, sum.Tenants)
+	require.Contains(t, sum.Text, "2 events dead-lettered in 2 tenants (db1:5432/app/s_globex, db1:5432/app/s_acme) since")
+}

@@ -88,6 +88,12 @@ const (
 	AttrAggregateID   = attribute.Key("outbox.aggregate.id")
 	// AttrAttempt is 1 for an event's first publish, 2 for its first retry.
 	AttrAttempt = attribute.Key("outbox.attempt")
+	// AttrTenant is the tenant schema the event came from (Event.Tenant),
+	// set for relays of outbox.Tenants only.
+	AttrTenant = attribute.Key("outbox.tenant")
+	// AttrDatabase labels the database the event came from (Event.Database:
+	// host:port/name), set when one process serves several.
+	AttrDatabase = attribute.Key("outbox.database")
 )
 
 // Config configures Tracing. Every field is optional.
@@ -258,7 +264,7 @@ func (t *Tracing) destination(e *outbox.Event) (dest, routingKey string) {
 }
 
 func (t *Tracing) attributes(e *outbox.Event, dest, routingKey string) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 13)
+	attrs := make([]attribute.KeyValue, 0, 15)
 	attrs = append(attrs,
 		semconv.MessagingOperationTypeSend,
 		semconv.MessagingOperationName(Operation),
@@ -275,6 +281,12 @@ func (t *Tracing) attributes(e *outbox.Event, dest, routingKey string) []attribu
 	}
 	if routingKey != "" {
 		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(routingKey))
+	}
+	if e.Tenant != "" {
+		attrs = append(attrs, AttrTenant.String(e.Tenant))
+	}
+	if e.Database != "" {
+		attrs = append(attrs, AttrDatabase.String(e.Database))
 	}
 	if e.AggregateType != "" {
 		attrs = append(attrs, AttrAggregateType.String(e.AggregateType))

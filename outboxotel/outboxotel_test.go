@@ -342,3 +342,30 @@ func TestSpanNameAndDestinationFollowTheRoute(t *testing.T) {
 		})
 	}
 }
+
+// A tenant relay's publish span names the tenant and the database, and
+// its message id is the qualified one brokers dedup on.
+func TestSpanCarriesTenant(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	tracing := outboxotel.New(outboxotel.Config{TracerProvider: tp})
+	for _, e := range []outbox.Event{
+		{ID: 42, EventType: "tenant.event", Tenant: "s_acme", Database: "db1:5432/app"},
+		{ID: 42, EventType: "plain.event"},
+	} {
+		done := tracing.OnPublish(context.Background(), &e)
+		require.NotNil(t, done)
+		done(nil)
+	}
+	ended := spans.Ended()
+	require.Len(t, ended, 2)
+	a := attrs(ended[0])
+	require.Equal(t, "s_acme", a[outboxotel.AttrTenant].AsString())
+	require.Equal(t, "db1:5432/app", a[outboxotel.AttrDatabase].AsString())
+	require.Equal(t, "db1%3A5432/app:s_acme:42", a["messaging.message.id"].AsString())
+	plain := attrs(ended[1])
+	require.NotContains(t, plain, outboxotel.AttrTenant)
+	require.NotContains(t, plain, outboxotel.AttrDatabase)
+}

@@ -100,3 +100,36 @@ func Example() {
 	// outbox_published_total{schema="example",sink="inprocess"} 1
 	// outbox_relay_up{schema="example",sink="inprocess"} 0
 }
+
+// Metrics of a tenant supervisor: each tenant's relay gets series of its
+// own (schema label the tenant, database label the database), removed with
+// the tenant; TenantAggregate sums the tenants into one set for fleets of
+// thousands.
+func ExampleNewTenants() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	db := outbox.Postgres(pool)
+	reg := prometheus.NewRegistry()
+	metrics, err := outboxprom.NewTenants(outboxprom.TenantConfig{
+		Registerer: reg, DB: db, Database: "db1:5432/app", Sink: "webhook",
+		Mode: outboxprom.TenantPerTenant, // or outboxprom.TenantAggregate
+	})
+	if err != nil {
+		panic(err)
+	}
+	tenants, err := outbox.NewTenants(db, outbox.TenantsConfig{
+		Relay:     outbox.RelayConfig{Sink: outbox.SinkFunc(func(context.Context, []outbox.Event) []error { return nil })},
+		Schemas:   "example_tenant_*",
+		Observers: []outbox.TenantObserver{metrics},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = promhttp.HandlerFor(reg, promhttp.HandlerOpts{}) // serve it on /metrics
+	fmt.Println(tenants != nil)
+	// Output: true
+}

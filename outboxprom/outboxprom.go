@@ -75,6 +75,11 @@ type Config struct {
 	// Schema is the value of every series' schema label: the schema of the
 	// outbox table. Defaults to outbox.SchemaDefault.
 	Schema string
+	// Database, when set, adds a database label with this value to every
+	// series: the database of the outbox when one process serves several
+	// (host:port/name, never credentials). Metrics with and without it
+	// cannot share a registry.
+	Database string
 	// Sink is the value of the relay series' sink label, such as "nats" or
 	// "webhook". Metrics of relays that serve different sinks from one
 	// schema need distinct values to share a registry.
@@ -94,6 +99,16 @@ func (c Config) WithDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, outbox.SchemaDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
+}
+
+// labels are the labels every series carries: schema, and database when
+// set.
+func (c Config) labels() prometheus.Labels {
+	l := prometheus.Labels{"schema": c.Schema}
+	if c.Database != "" {
+		l["database"] = c.Database
+	}
+	return l
 }
 
 // Validate reports the first invalid field as an *outbox.ConfigError.
@@ -135,6 +150,8 @@ type Metrics struct {
 	schedule     scheduleMetrics
 
 	table *tableCollector // nil without a Manager
+	// collectors are what New registered, for Unregister.
+	collectors []prometheus.Collector
 }
 
 // Error kinds, the values of outbox_publish_errors_total's kind label.
@@ -152,7 +169,8 @@ func New(cfg Config) (*Metrics, error) {
 		return nil, err
 	}
 	m := &Metrics{cfg: cfg}
-	relayLabels := prometheus.Labels{"schema": cfg.Schema, "sink": cfg.Sink}
+	relayLabels := cfg.labels()
+	relayLabels["sink"] = cfg.Sink
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: relayLabels})
 	}
@@ -209,7 +227,16 @@ func New(cfg Config) (*Metrics, error) {
 			return nil, fmt.Errorf("outboxprom: register metrics: %w", err)
 		}
 	}
+	m.collectors = collectors
 	return m, nil
+}
+
+// Unregister removes the metrics from the Registerer, as for a tenant whose
+// relay stopped for good; Metrics must not be used afterwards.
+func (m *Metrics) Unregister() {
+	for _, c := range m.collectors {
+		m.cfg.Registerer.Unregister(c)
+	}
 }
 
 // Registerer is where the metrics are registered: Config.Registerer, or the

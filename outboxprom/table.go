@@ -54,7 +54,7 @@ type sample struct {
 }
 
 func newTableCollector(cfg Config) *tableCollector {
-	labels := prometheus.Labels{"schema": cfg.Schema}
+	labels := cfg.labels()
 	return &tableCollector{
 		mgr: cfg.Manager, interval: cfg.SampleInterval, timeout: cfg.SampleTimeout, now: time.Now,
 		log: cfg.Logger.With(slog.String("component", "outboxprom"), slog.String("schema", cfg.Schema)),

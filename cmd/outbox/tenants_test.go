@@ -328,3 +328,184 @@ count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status = 'f
 	require.Contains(t, res.stdout, "total (3 tenants)")
 	require.Contains(t, res.stdout, prefix+"a")
 }
+
+// A tenant relay serves metrics labelled by schema and database (never
+// credentials), per tenant or aggregated, and its alerts name the tenant.
+func TestRelayTenantsMetricsAndAlerts(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	for _, s := range []string{acme, globex} {
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+	}
+	// write gives acme 3 events and globex 2 and one the sink rejects.
+	write := func() {
+		for s, n := range map[string]int{acme: 3, globex: 2} {
+			_, err := pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, payload)
+SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) g`, n)
+			require.NoError(t, err)
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO `+testutil.Table(globex)+` (event_type, payload) VALUES ('thing.rejected', '{}')`)
+		require.NoError(t, err)
+	}
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get("ce-type") == "thing.rejected" {
+			w.WriteHeader(http.StatusUnprocessableEntity) // permanent: dead-lettered at once
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(sink.Close)
+	alerts := newObsAlertServer(t)
+	const dbPassword = "TenantMetricsPassw0rd"
+	dbURL := withPassword(t, dbPassword)
+	pc, err := pgxpool.ParseConfig(dbURL)
+	require.NoError(t, err)
+	database := fmt.Sprintf("%s:%d/%s", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database)
+
+	for _, mode := range []string{"per-tenant", "aggregate"} {
+		write()
+		p := start(t, nil, "--database-url", dbURL, "--log-format", "json", "relay", "--tenant-schemas", prefix+"*",
+			"--sink", sink.URL, "--metrics-addr", "127.0.0.1:0", "--tenant-metrics", mode, "--alert-webhook", alerts.URL,
+			"--tenant-refresh", "200ms")
+		metrics := "http://" + obsLogValue(t, p, "serving metrics", "addr") + "/metrics"
+		series := func(name, schema string) string {
+			return fmt.Sprintf(`%s{database=%q,schema=%q,sink="webhook"}`, name, database, schema)
+		}
+		want := map[string]string{
+			series("outbox_published_total", "*"): "5", series("outbox_dead_lettered_total", "*"): "1",
+			series("outbox_relay_up", "*"): "1",
+		}
+		if mode == "per-tenant" {
+			want = map[string]string{
+				series("outbox_published_total", acme): "3", series("outbox_published_total", globex): "2",
+				series("outbox_dead_lettered_total", globex): "1", series("outbox_dead_lettered_total", acme): "0",
+				series("outbox_relay_up", acme): "1",
+				fmt.Sprintf(`outbox_events{database=%q,schema=%q,status="failed"}`, database, globex): "1",
+			}
+		}
+		var body string
+		testutil.WaitFor(t, 30*time.Second, mode+" metrics of every tenant", func() bool {
+			require.False(t, p.exited(), "relay exited early; stderr:\n%s", p.stderr.String())
+			code, text := obsGet(t, metrics)
+			require.Equal(t, http.StatusOK, code)
+			body = text
+			for s, v := range want {
+				if !obsHasSeries(body, s, v) {
+					return false
+				}
+			}
+			return true
+		})
+		require.NotContains(t, body, dbPassword)
+		if mode == "aggregate" {
+			require.NotContains(t, body, acme, "no per-tenant series in aggregate mode")
+		}
+		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "stderr:\n%s", p.stderr.String())
+		require.NotContains(t, p.stderr.String(), dbPassword)
+	}
+	// The dead letter's alert names its tenant (once per run).
+	testutil.WaitFor(t, 30*time.Second, "the alerts", func() bool {
+		a, _ := alerts.snapshot()
+		return len(a) == 2
+	})
+	got, _ := alerts.snapshot()
+	require.Equal(t, globex, got[0]["schema"])
+	require.Contains(t, got[0]["text"], "dead-lettered in tenant "+globex)
+	require.Equal(t, globex, got[0]["events"].([]any)[0].(map[string]any)["tenant"])
+
+	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--tenant-schemas", prefix+"*", "--sink", "stdout:",
+		"--tenant-metrics", "per-schema"), 2, `invalid --tenant-metrics "per-schema": use per-tenant or aggregate`)
+}
+
+// events retry --status failed --tenant-schemas retries every tenant's
+// dead letters (filters apply per tenant), reporting per tenant and in
+// total; --dry-run changes nothing.
+func TestEventsRetryTenantSchemas(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	for s, n := range map[string]int{acme: 3, globex: 2} {
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, payload, status, attempts, last_error)
+SELECT CASE WHEN g = 1 THEN 'other.type' ELSE 'thing.happened' END, '{}', 'failed', 5, 'HTTP 500' FROM generate_series(1, $1) g`, n)
+		require.NoError(t, err)
+	}
+	failed := func(s string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+testutil.Table(s)+` WHERE status = 'failed'`).Scan(&n))
+		return n
+	}
+	db := []string{"--database-url", testutil.DatabaseURL(), "events", "retry", "--status", "failed", "--tenant-schemas", prefix + "*"}
+
+	res := run(t, nil, append(db, "--dry-run")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, fmt.Sprintf("%q: would retry 3 failed events\n%q: would retry 2 failed events\nwould retry 5 failed events in 2 tenant schemas (dry run: nothing changed)\n", acme, globex), res.stdout)
+	require.Equal(t, 3, failed(acme))
+
+	res = run(t, nil, append(db, "--type", "thing.happened")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, fmt.Sprintf("%q: retried 2 failed events\n%q: retried 1 failed events\nretried 3 failed events in 2 tenant schemas\n", acme, globex), res.stdout)
+	require.Equal(t, 1, failed(acme))
+	require.Equal(t, 1, failed(globex))
+
+	res = run(t, nil, db...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "retried 2 failed events in 2 tenant schemas\n")
+	require.Zero(t, failed(acme)+failed(globex))
+
+	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "events", "retry", "7", "--tenant-schemas", prefix+"*"), 2, "event IDs repeat across tenants")
+	requireFail(t, run(t, nil, append(db[:len(db)-1], prefix+"nomatch*")...), 1, "no tenant schema with an outbox matches")
+}
+
+// stats --watch --tenant-schemas redraws the per-tenant counts: a block
+// per refresh, or a JSON line, and sees a tenant created meanwhile.
+func TestStatsWatchTenants(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	_, err := pgdriver.Migrate(ctx, pool, acme)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(acme)+` (event_type, payload) SELECT 'x', '{}' FROM generate_series(1, 3)`)
+	require.NoError(t, err)
+
+	p := start(t, nil, "--database-url", testutil.DatabaseURL(), "stats", "--tenant-schemas", prefix+"*", "--watch", "--json", "--interval", "100ms")
+	testutil.WaitFor(t, 20*time.Second, "a first line", func() bool { return strings.Count(p.stdout.String(), "\n") >= 1 })
+	_, err = pgdriver.Migrate(ctx, pool, globex)
+	require.NoError(t, err)
+	testutil.WaitFor(t, 20*time.Second, "the new tenant counted", func() bool {
+		return strings.Contains(p.stdout.String(), `"schema":"`+globex+`"`)
+	})
+	require.Equal(t, 0, p.stop(t, syscall.SIGINT), p.stderr.String())
+	lines := strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
+	var doc struct {
+		At      time.Time `json:"at"`
+		Pending int       `json:"pending"`
+		Tenants []struct {
+			Schema  string `json:"schema"`
+			Pending int    `json:"pending"`
+		} `json:"tenants"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &doc), lines[0])
+	require.False(t, doc.At.IsZero())
+	require.Equal(t, 3, doc.Pending)
+	require.Len(t, doc.Tenants, 1)
+	require.Equal(t, acme, doc.Tenants[0].Schema)
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &doc))
+	require.Len(t, doc.Tenants, 2)
+
+	p = start(t, nil, "--database-url", testutil.DatabaseURL(), "stats", "--tenant-schemas", prefix+"*", "--watch", "--interval", "100ms")
+	testutil.WaitFor(t, 20*time.Second, "two blocks", func() bool { return strings.Count(p.stdout.String(), "total (2 tenants)") >= 2 })
+	require.Equal(t, 0, p.stop(t, syscall.SIGINT), p.stderr.String())
+	require.Contains(t, p.stdout.String(), "# ")
+	require.Contains(t, p.stdout.String(), acme)
+}

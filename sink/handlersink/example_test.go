@@ -69,17 +69,17 @@ func ExampleSink_HandleAll() {
 
 // memLedger is a HandlerLedger in memory, for the example; PostgresLedger
 // keeps the record in the database.
-type memLedger struct{ done map[int64][]string }
+type memLedger struct{ done map[string][]string }
 
-func (l *memLedger) Succeeded(_ context.Context, ids []int64) (map[int64][]string, error) {
-	out := map[int64][]string{}
+func (l *memLedger) Succeeded(_ context.Context, ids []string) (map[string][]string, error) {
+	out := map[string][]string{}
 	for _, id := range ids {
 		out[id] = l.done[id]
 	}
 	return out, nil
 }
 
-func (l *memLedger) RecordSuccess(_ context.Context, id int64, handler string) error {
+func (l *memLedger) RecordSuccess(_ context.Context, id string, handler string) error {
 	l.done[id] = append(l.done[id], handler)
 	return nil
 }
@@ -88,7 +88,7 @@ func (l *memLedger) RecordSuccess(_ context.Context, id int64, handler string) e
 // so the event fails and is retried; with a ledger the retry runs only the
 // notification, not the audit again.
 func ExampleSink_HandleNamed() {
-	sink := handlersink.New(handlersink.Config{Ledger: &memLedger{done: map[int64][]string{}}})
+	sink := handlersink.New(handlersink.Config{Ledger: &memLedger{done: map[string][]string{}}})
 	mailDown := true
 	sink.HandleNamed("order.paid", "notify", func(ctx context.Context, e outbox.Event) error {
 		if mailDown {

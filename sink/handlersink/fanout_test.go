@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/sink/handlersink"
 )
@@ -178,8 +179,8 @@ func TestLedgerSkipsHandlersThatSucceeded(t *testing.T) {
 
 			if withLedger {
 				// The ledger's rows: both handlers of each event.
-				rows, err := pool.Query(ctx, `SELECT event_id || ' ' || handler FROM `+
-					pgx.Identifier{schema, handlersink.LedgerTableDefault}.Sanitize()+` ORDER BY event_id, handler`)
+				rows, err := pool.Query(ctx, `SELECT event_key || ' ' || handler FROM `+
+					pgx.Identifier{schema, handlersink.LedgerTableDefault}.Sanitize()+` ORDER BY event_key, handler`)
 				require.NoError(t, err)
 				got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				require.NoError(t, err)
@@ -214,26 +215,92 @@ func TestLedgerReadFailureFailsTheBatch(t *testing.T) {
 
 type brokenLedger struct{}
 
-func (brokenLedger) Succeeded(context.Context, []int64) (map[int64][]string, error) {
+func (brokenLedger) Succeeded(context.Context, []string) (map[string][]string, error) {
 	return nil, errors.New("ledger down")
 }
 
-func (brokenLedger) RecordSuccess(context.Context, int64, string) error {
+func (brokenLedger) RecordSuccess(context.Context, string, string) error {
 	return errors.New("ledger down")
 }
 
-// Tenants' event IDs repeat: a ledger keyed on the bare ID would skip one
-// tenant's handlers for another's success, so the sink refuses them.
-func TestLedgerRefusesTenantEvents(t *testing.T) {
+// Tenants' event IDs repeat: the ledger keys on the qualified ID, so two
+// tenants' event 1 each run every handler once, and a retry of one runs
+// only its own missing handler. Keyed on the bare ID, the second tenant's
+// audit would be skipped for the first's success.
+func TestLedgerKeysOnTheTenantQualifiedID(t *testing.T) {
 	t.Parallel()
-	var ran bool
-	sink := handlersink.New(handlersink.Config{Ledger: brokenLedger{}})
-	sink.HandleNamed("x", "a", func(context.Context, outbox.Event) error { ran = true; return nil })
-	e := event(42, "x")
-	e.Tenant = "s_acme"
-	errs := sink.Publish(context.Background(), []outbox.Event{e})
-	require.Len(t, errs, 1)
-	require.ErrorContains(t, errs[0], "handlersink: event s_acme:42: the handler ledger keys on the bare event ID")
-	require.False(t, outbox.IsPermanent(errs[0]))
-	require.False(t, ran)
+	ctx := context.Background()
+	pool := testutil.Pool(t)
+	name := testutil.SchemaName(t)
+	prefix := "hl_" + name[len(name)-8:] + "_"
+	acme, globex := prefix+"acme", prefix+"globex"
+	for _, s := range []string{acme, globex} {
+		t.Cleanup(func() { testutil.DropSchema(t, pool, s) })
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+		// Event 1 of each tenant: the same bare ID.
+		_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, aggregate_type, aggregate_id, payload) VALUES ('order.paid', 'order', '7', '{}')`)
+		require.NoError(t, err)
+	}
+	ledgerSchema := testutil.EmptySchemaName(t)
+	_, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{ledgerSchema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() { testutil.DropSchema(t, pool, ledgerSchema) })
+	ledger, err := handlersink.NewPostgresLedger(pool, handlersink.PostgresLedgerConfig{Schema: ledgerSchema})
+	require.NoError(t, err)
+	require.NoError(t, ledger.Migrate(ctx))
+
+	var (
+		mu    sync.Mutex
+		calls = map[string]int{} // handler tenant:id → calls
+	)
+	add := func(handler string, e outbox.Event) int {
+		mu.Lock()
+		defer mu.Unlock()
+		calls[handler+" "+e.UniqueID()]++
+		return calls[handler+" "+e.UniqueID()]
+	}
+	sink := handlersink.New(handlersink.Config{Ledger: ledger})
+	sink.HandleNamed("order.paid", "notify", func(_ context.Context, e outbox.Event) error {
+		if add("notify", e) == 1 && e.Tenant == acme {
+			return errors.New("mail server down")
+		}
+		return nil
+	})
+	sink.HandleNamed("order.paid", "audit", func(_ context.Context, e outbox.Event) error {
+		add("audit", e)
+		return nil
+	})
+	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+		Relay: outbox.RelayConfig{Sink: sink, BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler)},
+		Schemas: prefix + "*", ScanInterval: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, ts.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, ts.Stop(stopCtx))
+	})
+	testutil.WaitFor(t, 20*time.Second, "both tenants' events processed", func() bool {
+		n := 0
+		for _, s := range []string{acme, globex} {
+			var c int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+testutil.Table(s)+` WHERE status = 'processed'`).Scan(&c))
+			n += c
+		}
+		return n == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{
+		"notify " + acme + ":1": 2, "audit " + acme + ":1": 1,
+		"notify " + globex + ":1": 1, "audit " + globex + ":1": 1,
+	}, calls)
+	rows, err := pool.Query(ctx, `SELECT event_key || ' ' || handler FROM `+pgx.Identifier{ledgerSchema, handlersink.LedgerTableDefault}.Sanitize()+` ORDER BY 1`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{acme + ":1 audit", acme + ":1 notify", globex + ":1 audit", globex + ":1 notify"}, got)
 }

@@ -36,6 +36,7 @@
 package handlersink
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime/debug"
@@ -102,18 +103,20 @@ type named struct {
 // be safe for concurrent use. PostgresLedger is one; an inbox (consumer-side
 // deduplication) can be another.
 //
-// Event IDs are unique within one outbox table: use one ledger (one table)
-// per outbox table a Sink serves. A Sink with a Ledger refuses (retryably)
-// events of a relay serving several tenants (Event.Tenant set), whose IDs
-// repeat.
+// The ledger keys on Event.UniqueID: the bare event ID ("42") for a relay
+// of one schema, qualified by the tenant ("s_acme:42") and database for
+// the relays of outbox.Tenants, whose schemas number their events apart.
+// One ledger therefore serves every tenant and database a Sink serves; use
+// one ledger per outbox table otherwise (the bare IDs of two tables
+// collide).
 type HandlerLedger interface {
-	// Succeeded returns, for each of eventIDs that has any, the names of
-	// the handlers recorded as succeeded for it.
-	Succeeded(ctx context.Context, eventIDs []int64) (map[int64][]string, error)
-	// RecordSuccess records that handler succeeded for event eventID. It
-	// is called right after the handler returned nil; recording the same
-	// pair twice is not an error.
-	RecordSuccess(ctx context.Context, eventID int64, handler string) error
+	// Succeeded returns, for each of keys (Event.UniqueID) that has any,
+	// the names of the handlers recorded as succeeded for it.
+	Succeeded(ctx context.Context, keys []string) (map[string][]string, error)
+	// RecordSuccess records that handler succeeded for the event of key
+	// (Event.UniqueID). It is called right after the handler returned nil;
+	// recording the same pair twice is not an error.
+	RecordSuccess(ctx context.Context, key string, handler string) error
 }
 
 var _ outbox.Sink = (*Sink)(nil)
@@ -216,25 +219,29 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 		return nil
 	}
 	errs := make([]error, len(events))
-	var done map[int64][]string
+	var (
+		done map[string][]string
+		keys []string
+	)
 	if s.cfg.Ledger != nil && s.anyNamed(events) {
-		if e := &events[0]; e.Tenant != "" || e.Database != "" {
-			// Event IDs repeat across tenants and databases (each schema
-			// has its own sequence), and the ledger keys on the bare ID:
-			// tenant B's event 42 would skip the handlers tenant A's
-			// event 42 ran. Refuse rather than skip a handler unseen.
-			return outbox.BatchError(len(events), fmt.Errorf("handlersink: event %s: the handler ledger keys on the bare event ID, which repeats across the tenants a relay serves (outbox.Tenants): serve tenants with a Sink without a Ledger, or one Sink and Ledger per tenant", e.UniqueID()))
-		}
-		ids := make([]int64, len(events))
+		// Event IDs repeat across tenants and databases (each schema has
+		// its own sequence): the ledger keys on the qualified ID, so that
+		// tenant B's event 42 never skips a handler tenant A's event 42 ran.
+		keys = make([]string, len(events))
 		for i := range events {
-			ids[i] = events[i].ID
+			keys[i] = events[i].UniqueID()
 		}
 		var err error
-		if done, err = s.cfg.Ledger.Succeeded(ctx, ids); err != nil {
+		if done, err = s.cfg.Ledger.Succeeded(ctx, keys); err != nil {
 			return outbox.BatchError(len(events), fmt.Errorf("handlersink: read the handler ledger: %w", err))
 		}
 	}
-	handle := func(i int) error { return s.handle(ctx, &events[i], done[events[i].ID]) }
+	handle := func(i int) error {
+		if keys == nil {
+			return s.handle(ctx, &events[i], "", nil)
+		}
+		return s.handle(ctx, &events[i], keys[i], done[keys[i]])
+	}
 	workers := min(s.cfg.Concurrency, len(events))
 	switch {
 	case outbox.KeyOrdered(ctx):
@@ -268,8 +275,9 @@ func (s *Sink) Publish(ctx context.Context, events []outbox.Event) []error {
 }
 
 // handle runs one event's handlers, but the named ones in skip (recorded
-// as succeeded for it), and turns a panic into a retryable error.
-func (s *Sink) handle(ctx context.Context, e *outbox.Event, skip []string) error {
+// as succeeded for it under key in the ledger), and turns a panic into a
+// retryable error.
+func (s *Sink) handle(ctx context.Context, e *outbox.Event, key string, skip []string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("handlersink: event %d (%s) not handled: %w", e.ID, e.EventType, err)
 	}
@@ -292,8 +300,8 @@ func (s *Sink) handle(ctx context.Context, e *outbox.Event, skip []string) error
 		}
 		err := s.run(ctx, e, h)
 		if err == nil && h.name != "" && s.cfg.Ledger != nil {
-			if rerr := s.cfg.Ledger.RecordSuccess(ctx, e.ID, h.name); rerr != nil {
-				err = fmt.Errorf("handlersink: handler %q succeeded on event %d but recording it failed (it runs again on the retry): %w", h.name, e.ID, rerr)
+			if rerr := s.cfg.Ledger.RecordSuccess(ctx, cmp.Or(key, e.UniqueID()), h.name); rerr != nil {
+				err = fmt.Errorf("handlersink: handler %q succeeded on event %s but recording it failed (it runs again on the retry): %w", h.name, e.UniqueID(), rerr)
 			}
 		}
 		if err != nil {

@@ -72,13 +72,15 @@ func NewPostgresLedger(db Pgx, cfg PostgresLedgerConfig) (*PostgresLedger, error
 // MigrationSQL is the statement that creates the ledger's table and index
 // when they are missing.
 func (l *PostgresLedger) MigrationSQL() string {
-	// The primary key serves Succeeded (event_id = ANY) and makes a
+	// event_key is Event.UniqueID: the bare ID, or the ID qualified by its
+	// tenant and database. The primary key serves Succeeded (event_key =
+	// ANY) and makes a
 	// repeated record a no-op; the index serves Purge.
 	return `CREATE TABLE IF NOT EXISTS ` + l.table + ` (
-    event_id     bigint      NOT NULL,
+    event_key    text        NOT NULL,
     handler      text        NOT NULL,
     succeeded_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (event_id, handler)
+    PRIMARY KEY (event_key, handler)
 );
 CREATE INDEX IF NOT EXISTS ` + l.index + ` ON ` + l.table + ` (succeeded_at)`
 }
@@ -92,19 +94,16 @@ func (l *PostgresLedger) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Succeeded reads the recorded handlers of eventIDs in one statement.
-func (l *PostgresLedger) Succeeded(ctx context.Context, eventIDs []int64) (map[int64][]string, error) {
-	rows, err := l.db.Query(ctx, `SELECT event_id, handler FROM `+l.table+` WHERE event_id = ANY($1::bigint[])`, eventIDs)
+// Succeeded reads the recorded handlers of keys in one statement.
+func (l *PostgresLedger) Succeeded(ctx context.Context, keys []string) (map[string][]string, error) {
+	rows, err := l.db.Query(ctx, `SELECT event_key, handler FROM `+l.table+` WHERE event_key = ANY($1::text[])`, keys)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[int64][]string{}
+	out := map[string][]string{}
 	for rows.Next() {
-		var (
-			id   int64
-			name string
-		)
+		var id, name string
 		if err := rows.Scan(&id, &name); err != nil {
 			return nil, err
 		}
@@ -114,8 +113,8 @@ func (l *PostgresLedger) Succeeded(ctx context.Context, eventIDs []int64) (map[i
 }
 
 // RecordSuccess records one handler's success; a repeat is a no-op.
-func (l *PostgresLedger) RecordSuccess(ctx context.Context, eventID int64, handler string) error {
-	_, err := l.db.Exec(ctx, `INSERT INTO `+l.table+` (event_id, handler) VALUES ($1, $2) ON CONFLICT DO NOTHING`, eventID, handler)
+func (l *PostgresLedger) RecordSuccess(ctx context.Context, key string, handler string) error {
+	_, err := l.db.Exec(ctx, `INSERT INTO `+l.table+` (event_key, handler) VALUES ($1, $2) ON CONFLICT DO NOTHING`, key, handler)
 	return err
 }
 
@@ -133,8 +132,8 @@ func (l *PostgresLedger) Purge(ctx context.Context, olderThan time.Duration) (in
 	}
 	var total int64
 	for {
-		tag, err := l.db.Exec(ctx, `DELETE FROM `+l.table+` WHERE (event_id, handler) IN (
-    SELECT event_id, handler FROM `+l.table+`
+		tag, err := l.db.Exec(ctx, `DELETE FROM `+l.table+` WHERE (event_key, handler) IN (
+    SELECT event_key, handler FROM `+l.table+`
     WHERE succeeded_at < now() - $1::bigint * interval '1 millisecond'
     LIMIT `+fmt.Sprint(purgeBatch)+`)`, olderThan.Milliseconds())
 		if err != nil {

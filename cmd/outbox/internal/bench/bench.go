@@ -50,6 +50,11 @@ const (
 	// ScenarioLatency writes at a fixed rate and measures commit→sink-ack
 	// latency.
 	ScenarioLatency Scenario = "latency"
+	// ScenarioTenants measures outbox.Tenants against issue 16's targets:
+	// 100 tenants' drain against one schema's, a quiet tenant's latency
+	// during another's flood, 1,000 schemas' idle cost and active
+	// latency (PostgreSQL; several minutes). "all" leaves it out: name it.
+	ScenarioTenants Scenario = "tenants"
 )
 
 // Scenarios lists every scenario in run order.
@@ -69,14 +74,14 @@ func ParseScenarios(names []string) ([]Scenario, error) {
 			for _, a := range Scenarios {
 				want[a] = true
 			}
-		case slices.Contains(Scenarios, s):
+		case slices.Contains(Scenarios, s) || s == ScenarioTenants:
 			want[s] = true
 		default:
-			return nil, fmt.Errorf("unknown scenario %q: use %s or all", n, joinNames(Scenarios))
+			return nil, fmt.Errorf("unknown scenario %q: use %s, %s or all", n, joinNames(Scenarios), ScenarioTenants)
 		}
 	}
 	var out []Scenario
-	for _, s := range Scenarios {
+	for _, s := range append(slices.Clone(Scenarios), ScenarioTenants) {
 		if want[s] {
 			out = append(out, s)
 		}

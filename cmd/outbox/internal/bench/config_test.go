@@ -24,7 +24,9 @@ func TestParseScenarios(t *testing.T) {
 		{in: []string{"all"}, want: all},
 		{in: []string{"latency", "drain", "drain"}, want: []bench.Scenario{bench.ScenarioDrain, bench.ScenarioLatency}},
 		{in: []string{"Reference"}, want: []bench.Scenario{bench.ScenarioReference}},
-		{in: []string{"drain", "sprint"}, err: `unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency or all`},
+		{in: []string{"tenants", "drain"}, want: []bench.Scenario{bench.ScenarioDrain, bench.ScenarioTenants}},
+		{in: []string{"all", "tenants"}, want: append(all, bench.ScenarioTenants)},
+		{in: []string{"drain", "sprint"}, err: `unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency, tenants or all`},
 	}
 	for _, tt := range tests {
 		got, err := bench.ParseScenarios(tt.in)

@@ -89,6 +89,7 @@ type Report struct {
 	*DrainStats
 	*SteadyStats
 	*LatencyStats
+	*TenantsStats
 
 	// Table is the outbox table before and after the measured part.
 	Table TableStats `json:"table"`

@@ -223,6 +223,13 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			}
 		}
 	}
+	if want[ScenarioTenants] {
+		if _, ok := r.st.(*pgStore); !ok {
+			res.Notes = append(res.Notes, fmt.Sprintf("tenants did not run: tenant schemas are PostgreSQL's, and this is %s.", res.DatabaseName()))
+		} else if err := add(r.Tenants(ctx)); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
 }
 

@@ -41,7 +41,7 @@ func (a *app) benchCommand() *cobra.Command {
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|all]...",
+		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|tenants|all]...",
 		Short: "Measure the relay and what the outbox costs on this database",
 		Long: `bench measures the outbox on the database --database-url names: PostgreSQL,
 SQLite or MySQL/MariaDB. Each scenario runs in scratch space of its own, named
@@ -54,7 +54,7 @@ does not apply:
                  or in a temporary directory when that one cannot be written
   MySQL/MariaDB  a scratch database; needs CREATE and DROP on the server
 
-Scenarios (default: all):
+Scenarios (default: all, which leaves tenants out):
 
   reference  drain a pre-filled backlog of --events with a plain hand-written
              SQL loop (claim a batch with SKIP LOCKED, or BEGIN IMMEDIATE on
@@ -77,6 +77,13 @@ Scenarios (default: all):
              writers, and whether the backlog grows
   latency    writers at --rate events/s for --duration: commit→sink-ack
              latency p50/p95/p99/max, and the rate the writers reached
+  tenants    schema-per-tenant outboxes served by one relay (PostgreSQL
+             only; several minutes): 100 tenants sharing --events against
+             one schema's --events (drain ratio); a quiet tenant's
+             commit→sink p50/p99 while another drains --events; 1,000
+             tenant schemas: the relay's statements/s while all are idle
+             (20s), then p50/p99 while 10 of them write 100 events/s each
+             for half of --duration
 
 --retention all runs reference and drain once per retention mode; --wake all
 runs steady and latency once per wake-up mode (poll: the relay's poll interval
@@ -93,7 +100,8 @@ Interrupted (Ctrl-C, SIGTERM), it drops its scratch schemas, reports the
 scenarios that finished and exits 130.`,
 		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench drain sink --sink nats://127.0.0.1:4222\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
 			"  outbox bench --database-url sqlite:///var/lib/app/app.db drain latency\n" +
-			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency",
+			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency\n" +
+			"  outbox bench tenants",
 		Args: func(_ *cobra.Command, args []string) error {
 			if _, err := bench.ParseScenarios(args); err != nil {
 				return &usageError{err: err}
@@ -302,6 +310,16 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		}
 		t.row("\n%s\n", title)
 		switch r.Scenario {
+		case bench.ScenarioTenants:
+			ts := r.TenantsStats
+			t.row("  drain\t%d tenants × %s: %s events/s; one schema: %s events/s; ratio %.2f (target ≥ 0.8)\n", ts.Tenants,
+				thousands(float64(ts.EventsPerTenant)), thousands(ts.TenantsEventsPerS), thousands(ts.SingleEventsPerS), ts.DrainRatio)
+			t.row("  quiet tenant\tp50 %.1f ms, p99 %.1f ms (target ≤ 1000) while another drains %s (%d events)\n",
+				ts.QuietP50MS, ts.QuietP99MS, thousands(float64(ts.FloodEvents)), ts.QuietCount)
+			t.row("  %s tenants idle\t%.1f statements/s (target ≤ 100)\n", thousands(float64(ts.ManyTenants)), ts.IdleStatementsPerS)
+			t.row("  %d active\tp50 %.1f ms, p99 %.1f ms (target ≤ 1000) at %d events/s each (%d events)\n", ts.ActiveTenants,
+				ts.ActiveP50MS, ts.ActiveP99MS, ts.ActiveRatePerTenant, ts.ActiveCount)
+			continue
 		case bench.ScenarioLatency:
 			t.row("  writers\t%s of %s events/s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(r.TargetEventsPerS),
 				thousands(float64(r.Events)), r.Seconds)

@@ -115,6 +115,7 @@ var fileKeys = []fileKey{
 	{"tenants", "schemas", "tenant-schemas", kindString},
 	{"tenants", "query", "tenant-query", kindString},
 	{"tenants", "refresh", "tenant-refresh", kindDuration},
+	{"tenants", "metrics", "tenant-metrics", kindString},
 
 	{"observability", "metrics_addr", "metrics-addr", kindAddr},
 	{"observability", "alert_webhook", "alert-webhook", kindHTTPURL},

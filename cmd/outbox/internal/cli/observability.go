@@ -277,3 +277,104 @@ func sinkLabel(sinkURL string) string {
 		return scheme
 	}
 }
+
+// tenantObservers are the running metrics server, alerter and tracer
+// provider of a tenant relay: one registry for every database, whose
+// series carry schema and database labels.
+type tenantObservers struct {
+	*observers
+	reg     *prometheus.Registry
+	metrics []*outboxprom.TenantMetrics
+	mode    outboxprom.TenantMode
+	sink    string
+}
+
+// startTenantObservers starts what o asks for, for Tenants: the alerter's
+// and the tracer's hooks go into cfg (every tenant's relay shares them;
+// events carry their tenant), the metrics come per database from
+// tenantMetrics. stop undoes it, also after an error.
+func (a *app) startTenantObservers(ctx context.Context, o *observability, cfg *outbox.RelayConfig, sinkURL, mode string) (*tenantObservers, error) {
+	m, _ := outboxprom.ParseTenantMode(mode) // checked with the flags
+	obs := &tenantObservers{observers: &observers{log: a.logger, redact: a.redact}, mode: m, sink: sinkLabel(sinkURL)}
+	if o.metricsAddr != "" {
+		obs.reg = prometheus.NewRegistry()
+		obs.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.metricsAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-addr %s: %w (is another process serving it?)", o.metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(obs.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		ready := &readiness{redact: a.redact}
+		ready.add("relay", func(context.Context) error {
+			if ctx.Err() != nil {
+				return errors.New("stopping")
+			}
+			return nil
+		})
+		mux.Handle("GET /readyz", ready)
+		obs.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)}
+		obs.served = make(chan struct{})
+		go func() {
+			defer close(obs.served)
+			if err := obs.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.logger.Error("the metrics server stopped", "error", err.Error())
+			}
+		}()
+		a.logger.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics", "tenant_metrics", string(m))
+	}
+	if o.alertWebhook != "" {
+		alerter, err := outboxalert.New(outboxalert.Config{URL: o.alertWebhook, Schema: cfg.Schema, RelayID: cfg.RelayID, Logger: a.logger})
+		if err != nil {
+			obs.stop()
+			return nil, usagef("invalid --alert-webhook: %v", err)
+		}
+		obs.alerter = alerter
+		cfg.Hooks = append(cfg.Hooks, alerter)
+	}
+	if o.otel {
+		tp, err := a.tracerProvider(ctx)
+		if err != nil {
+			obs.stop()
+			return nil, err
+		}
+		obs.tracer = tp
+		tc := o.target.config()
+		tc.TracerProvider = tp
+		cfg.Hooks = append(cfg.Hooks, outboxotel.New(tc))
+	}
+	return obs, nil
+}
+
+// tenantMetrics returns the observers of one database's tenants: their
+// metrics, labelled database (host:port/name) and schema, or none without
+// --metrics-addr.
+func (obs *tenantObservers) tenantMetrics(db outbox.Database, label string) ([]outbox.TenantObserver, error) {
+	if obs == nil || obs.reg == nil {
+		return nil, nil
+	}
+	tm, err := outboxprom.NewTenants(outboxprom.TenantConfig{Registerer: obs.reg, DB: db, Database: label, Sink: obs.sink,
+		Mode: obs.mode, Logger: obs.log})
+	if err != nil {
+		return nil, err
+	}
+	tm.SetRelayUp(true)
+	obs.metrics = append(obs.metrics, tm)
+	return []outbox.TenantObserver{tm}, nil
+}
+
+// stop marks the relays down and shuts the observers down.
+func (obs *tenantObservers) stop() {
+	if obs == nil {
+		return
+	}
+	for _, tm := range obs.metrics {
+		tm.SetRelayUp(false)
+	}
+	obs.observers.stop()
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxcdc"
+	"github.com/outboxkit/outbox/outboxprom"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
@@ -150,6 +151,7 @@ outbox-relay:<relay-id>.`,
 	f.DurationVar(&rf.cfg.HeartbeatInterval, "heartbeat-interval", outbox.HeartbeatIntervalDefault, "how often to renew the relay's row in outbox_relays, which lists running relays in stats and on the dashboard (stale after three missed); 0 for none")
 	rf.tenants.addFlags(f, "serve every tenant schema")
 	f.DurationVar(&rf.tenants.refresh, "tenant-refresh", outbox.TenantRefreshDefault, "with --tenant-schemas or --tenant-query, how often to discover tenants again: a new tenant is served, a removed one stopped, within it")
+	f.StringVar(&rf.tenants.metrics, "tenant-metrics", string(outboxprom.TenantPerTenant), "with --metrics-addr and tenants: per-tenant (series labelled by schema, about 130 per tenant) or aggregate (one set of series for all tenants of a database, for fleets of thousands)")
 	rf.obs.addFlags(f)
 	return cmd
 }
@@ -284,13 +286,13 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		if err := a.checkTenantFlags(m, &rf.tenants, db.Kind); err != nil {
 			return err
 		}
-		if rf.obs.metricsAddr != "" || rf.obs.otel || rf.obs.alertWebhook != "" {
-			return usagef("--metrics-addr, --otel and --alert-webhook are not available with %s yet: run the tenant relay without them", rf.tenants.flag(m))
+		if _, err := outboxprom.ParseTenantMode(rf.tenants.metrics); err != nil {
+			return usagef("invalid %s %q: use per-tenant or aggregate", m.name("tenant-metrics"), clip(rf.tenants.metrics))
 		}
 		if multi == nil {
 			multi = []tenantDatabase{{pc: pc}}
 		}
-		return a.runTenants(cmd.Context(), multi, cfg, desc, &rf.tenants)
+		return a.runTenants(cmd.Context(), multi, cfg, desc, &rf.tenants, &rf.obs)
 	}
 	return a.runRelay(cmd.Context(), rawDB, pc, cfg, desc, &rf.obs)
 }
@@ -493,6 +495,9 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	}
 	if v, ok := m.fromFile("database-urls"); ok {
 		rf.tenants.fileURLs = v.list
+	}
+	if v, ok := m.fromFile("tenant-metrics"); ok {
+		rf.tenants.metrics = v.str
 	}
 	if v, ok := m.fromFile("tenant-refresh"); ok {
 		rf.tenants.refresh = v.dur

@@ -134,10 +134,7 @@ longer --interval.`,
 				return usagef("invalid --interval %s: use at least 100ms, such as 2s", interval)
 			}
 			if tenants.on() {
-				if watch {
-					return usagef("--watch is not available with --tenant-schemas or --tenant-query yet: leave one out")
-				}
-				return a.tenantStats(cmd.Context(), &tenants, asJSON)
+				return a.tenantStats(cmd.Context(), &tenants, asJSON, watch, interval)
 			}
 			m, db, closePool, err := a.managerDB(cmd.Context())
 			if err != nil {

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -23,6 +27,7 @@ type tenantFlags struct {
 	schemas  string
 	query    string
 	refresh  time.Duration
+	metrics  string   // --tenant-metrics: per-tenant or aggregate
 	fileURLs []string // the config file's database.urls
 }
 
@@ -121,7 +126,12 @@ func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error
 // own until ctx ends. With several databases each runs apart: one that is
 // down, slow or unreachable holds up only its own tenants, and is retried
 // until it answers.
-func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags) error {
+func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags, o *observability) error {
+	obs, err := a.startTenantObservers(ctx, o, &cfg, sinkName, t.metrics)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
 	a.logger.Info("relay publishing tenants to sink", "sink", sinkName, "relay_id", cfg.RelayID,
 		"tenant_schemas", t.schemas, "tenant_query", t.query, "databases", len(dbs), "retention", string(cfg.Retention), "listen", cfg.Listen)
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -133,7 +143,7 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 	})
 	defer stopNote()
 	if len(dbs) == 1 {
-		ts, closePool, err := a.newTenants(ctx, dbs[0], cfg, t)
+		ts, closePool, err := a.newTenants(ctx, dbs[0], cfg, t, obs)
 		if err != nil {
 			return err
 		}
@@ -142,7 +152,7 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 	}
 	errs := make(chan error, len(dbs))
 	for _, d := range dbs {
-		go func() { errs <- a.serveTenantDatabase(runCtx, d, cfg, t) }()
+		go func() { errs <- a.serveTenantDatabase(runCtx, d, cfg, t, obs) }()
 	}
 	var first error
 	for range dbs {
@@ -157,7 +167,7 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 // newTenants makes the pool and the tenant supervisor of one database.
 // With one database the pool is connected at once, so a wrong URL fails
 // the command.
-func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) (*outbox.Tenants, func(), error) {
+func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) (*outbox.Tenants, func(), error) {
 	pc := d.pc
 	outbox.ConfigureRelayPool(pc, cfg.RelayID)
 	if cfg.PgBouncer {
@@ -182,8 +192,17 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 	if err != nil {
 		return nil, nil, err
 	}
-	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
+	db := outbox.Postgres(pool)
+	// The metrics name the database even when it is the only one (whose
+	// events' ids stay unqualified by it).
+	observers, err := obs.tenantMetrics(db, cmp.Or(d.label, describeDatabase(pc)))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	ts, err := outbox.NewTenants(db, outbox.TenantsConfig{
 		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Database: d.label, Logger: a.logger,
+		Observers: observers,
 	})
 	if err != nil {
 		pool.Close()
@@ -194,8 +213,8 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 
 // serveTenantDatabase runs one database's tenants until ctx ends,
 // starting them again (with backoff) while the database does not answer.
-func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags) error {
-	ts, closePool, err := a.newTenants(ctx, d, cfg, t)
+func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) error {
+	ts, closePool, err := a.newTenants(ctx, d, cfg, t, obs)
 	if err != nil {
 		return err
 	}
@@ -325,9 +344,55 @@ type tenantsStatsJSON struct {
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
 }
 
+// eachTenant runs fn with a Manager for every tenant schema holding an
+// outbox, in name order, printing a line for each tenant fn fails on and
+// going on; it returns how many tenants there were and how many failed.
+func (a *app) eachTenant(ctx context.Context, t *tenantFlags, fn func(schema string, m *outbox.Manager) error) (n, failed int, err error) {
+	if t.schemas != "" && t.query != "" {
+		return 0, 0, usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return 0, 0, usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = closer.Close() }()
+	if kind != dburl.KindPostgres {
+		return 0, 0, usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
+	}
+	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(schemas) == 0 {
+		return 0, 0, errors.New("no tenant schema with an outbox matches: check the glob or query")
+	}
+	for _, s := range schemas {
+		if err := ctx.Err(); err != nil {
+			return len(schemas), failed, err
+		}
+		if err := fn(s, outbox.NewManager(db, outbox.ManagerConfig{Schema: s})); err != nil {
+			a.stdout.printf("%s: failed: %s\n", quoteSchema(s), a.redact.String(err.Error()))
+			failed++
+		}
+	}
+	return len(schemas), failed, nil
+}
+
+// tenantStatsWatchJSON is one line of stats --tenant-schemas --watch --json.
+type tenantStatsWatchJSON struct {
+	At time.Time `json:"at"`
+	tenantsStatsJSON
+}
+
 // tenantStats counts every tenant's events, one tenant at a time (the
-// counts of one schema are what Manager.Stats reads), and writes them.
-func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) error {
+// counts of one schema are what Manager.Stats reads), and writes them;
+// with watch, again every interval (discovering tenants each time) until
+// ctx ends: redrawn in place on a terminal, a block or a JSON line per
+// refresh elsewhere.
+func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON, watch bool, interval time.Duration) error {
 	if t.schemas != "" && t.query != "" {
 		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
 	}
@@ -342,15 +407,78 @@ func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) erro
 	if kind != dburl.KindPostgres {
 		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
 	}
+	if !watch {
+		doc, err := countTenants(ctx, db, t)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(a.stdout, doc)
+		}
+		return writeTenantStats(a.stdout, doc)
+	}
+	tty := !asJSON && isTerminal(a.stdout.w)
+	lines := 0
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		doc, err := countTenants(ctx, db, t)
+		if ctx.Err() != nil {
+			return nil // interrupted: the normal end of a watch
+		}
+		if err != nil {
+			return err
+		}
+		at := time.Now()
+		if asJSON {
+			data, err := json.Marshal(tenantStatsWatchJSON{At: at.UTC().Truncate(time.Millisecond), tenantsStatsJSON: doc})
+			if err != nil {
+				return err
+			}
+			if _, err := a.stdout.w.Write(append(data, '\n')); err != nil {
+				return err
+			}
+		} else {
+			var b bytes.Buffer
+			if tty {
+				fmt.Fprintf(&b, "outbox stats, %d tenants, every %s, at %s (Ctrl-C to stop)\n\n", len(doc.Tenants), interval, at.Format(time.TimeOnly))
+			} else {
+				fmt.Fprintf(&b, "# %s\n", at.UTC().Format(time.RFC3339))
+			}
+			if err := writeTenantStats(&b, doc); err != nil {
+				return err
+			}
+			if !tty {
+				b.WriteString("\n")
+			}
+			block := b.String()
+			if tty && lines > 0 {
+				block = fmt.Sprintf("\033[%dA\r\033[J", lines) + block
+			}
+			lines = strings.Count(b.String(), "\n")
+			if _, err := io.WriteString(a.stdout.w, block); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// countTenants discovers the tenants and counts their events.
+func countTenants(ctx context.Context, db outbox.Database, t *tenantFlags) (tenantsStatsJSON, error) {
 	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
 	if err != nil {
-		return err
+		return tenantsStatsJSON{}, err
 	}
 	doc := tenantsStatsJSON{Tenants: make([]tenantStatsJSON, 0, len(schemas))}
 	for _, s := range schemas {
 		st, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: s}).Stats(ctx)
 		if err != nil {
-			return fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
+			return doc, fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
 		}
 		c := outboxadmin.NewCountsJSON(st)
 		doc.Tenants = append(doc.Tenants, tenantStatsJSON{Schema: s, Pending: c.Pending, Processing: c.Processing,
@@ -364,10 +492,12 @@ func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON bool) erro
 	sort.SliceStable(doc.Tenants, func(i, j int) bool {
 		return doc.Tenants[i].OldestPendingAgeSeconds > doc.Tenants[j].OldestPendingAgeSeconds
 	})
-	if asJSON {
-		return writeJSON(a.stdout, doc)
-	}
-	tw := newTable(a.stdout, 2)
+	return doc, nil
+}
+
+// writeTenantStats writes doc as a table sorted by lag, with a total row.
+func writeTenantStats(w io.Writer, doc tenantsStatsJSON) error {
+	tw := newTable(w, 2)
 	tw.row("tenant\tpending\tprocessing\tprocessed\tfailed\toldest pending age\n")
 	for _, r := range doc.Tenants {
 		tw.row("%s\t%d\t%d\t%d\t%d\t%s\n", safeText(r.Schema), r.Pending, r.Processing, r.Processed, r.Failed,
