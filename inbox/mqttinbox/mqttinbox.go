@@ -5,8 +5,7 @@
 //
 //	opts := mqtt.NewClientOptions().AddBroker("tcp://127.0.0.1:1883").
 //		SetClientID("billing-1").SetCleanSession(false).SetAutoAckDisabled(true)
-//	client := mqtt.NewClient(opts)
-//	// connect, then:
+//	client := mqtt.NewClient(opts) // unconnected: Consume connects it
 //	err := mqttinbox.Consume(ctx, client, "shop/#", mqttinbox.Config{
 //		Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
 //			return in.Handle(ctx, pool, m, apply)
@@ -68,19 +67,33 @@ type Config struct {
 	OnSubscribed func()
 }
 
-// subscribeTimeout bounds the SUBSCRIBE and UNSUBSCRIBE round trips.
+// subscribeTimeout bounds the SUBSCRIBE round trip.
 const subscribeTimeout = 30 * time.Second
 
-// Consume subscribes client, connected with automatic acks disabled, to
-// topic with QoS 1 and receives each message until ctx ends; it then
-// unsubscribes and returns nil.
+// Consume subscribes client (automatic acks disabled) to topic with QoS 1 and
+// receives each message until ctx ends, then returns nil. It leaves the
+// subscription in place: the broker keeps what is published to the topic
+// for the persistent session while the consumer is down (a restart, a
+// deploy), and the next Consume with the same client ID receives it.
+//
+// Pass client unconnected: Consume registers its handler and then connects.
+// A broker sends the messages it kept for a persistent session right after
+// the connection, before any SUBSCRIBE; a client connected before the
+// handler existed drops them unacknowledged, and the broker sends them again
+// only on the next connection.
 func Consume(ctx context.Context, client mqtt.Client, topic string, cfg Config) error {
 	if cfg.Receive == nil {
 		return &outbox.ConfigError{Field: "Receive", Err: errors.New("is nil: pass the function that stores a message, such as an Inbox's Handle")}
 	}
 	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, RetryDelayDefault)
 	log := cmp.Or(cfg.Logger, slog.Default()).With(slog.String("component", "mqttinbox"))
-	tok := client.Subscribe(topic, 1, func(_ mqtt.Client, msg mqtt.Message) { receive(ctx, msg, cfg, log) })
+	client.AddRoute(topic, func(_ mqtt.Client, msg mqtt.Message) { receive(ctx, msg, cfg, log) })
+	if !client.IsConnectionOpen() {
+		if err := connect(ctx, client); err != nil {
+			return err
+		}
+	}
+	tok := client.Subscribe(topic, 1, nil)
 	if !tok.WaitTimeout(subscribeTimeout) {
 		return fmt.Errorf("mqttinbox: subscribe to %s: no answer within %s", topic, subscribeTimeout)
 	}
@@ -91,7 +104,6 @@ func Consume(ctx context.Context, client mqtt.Client, topic string, cfg Config) 
 		cfg.OnSubscribed()
 	}
 	<-ctx.Done()
-	client.Unsubscribe(topic).WaitTimeout(subscribeTimeout)
 	return nil
 }
 
@@ -164,8 +176,9 @@ func Message(payload []byte, source string) (inbox.Message, error) {
 // topic=FILTER, the topic filter to subscribe to (required), and
 // client_id=ID (else clientID): the persistent session's client ID, which
 // must stay the same across restarts. The publishing options (route,
-// source) are refused. It returns the connected client and the filter.
-func Open(ctx context.Context, rawURL, clientID string) (mqtt.Client, string, error) {
+// source) are refused. It returns the client, not yet connected (Consume
+// connects it), and the filter.
+func Open(rawURL, clientID string) (mqtt.Client, string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, "", &outbox.ConfigError{Field: "URL", Err: errors.New("is not a URL: use mqtt://host:1883?topic=shop/%23")}
@@ -191,17 +204,22 @@ func Open(ctx context.Context, rawURL, clientID string) (mqtt.Client, string, er
 	if err != nil {
 		return nil, "", err
 	}
-	client := mqtt.NewClient(opts)
+	return mqtt.NewClient(opts), topic, nil
+}
+
+// connect connects client, giving up when ctx ends (paho's connect takes no
+// context: it then waits for the attempt and disconnects).
+func connect(ctx context.Context, client mqtt.Client) error {
 	tok := client.Connect()
 	select {
 	case <-tok.Done():
 	case <-ctx.Done():
 		<-tok.Done()
 		client.Disconnect(0)
-		return nil, "", fmt.Errorf("mqttinbox: connect: gave up: %w", context.Cause(ctx))
+		return fmt.Errorf("mqttinbox: connect: gave up: %w", context.Cause(ctx))
 	}
 	if err := tok.Error(); err != nil {
-		return nil, "", fmt.Errorf("mqttinbox: connect: %w", err)
+		return fmt.Errorf("mqttinbox: connect: %w", err)
 	}
-	return client, topic, nil
+	return nil
 }

@@ -158,3 +158,77 @@ func TestMessageFromEvent(t *testing.T) {
 	_, err = mqttinbox.Message([]byte(`{"data":{}}`), "mqtt:t")
 	require.Error(t, err, "no id")
 }
+
+// A consumer that stopped (gracefully, as in a deploy) keeps its session's
+// subscription: what is published while it is down waits at the broker,
+// arrives right after the next connection (before any SUBSCRIBE), and is
+// stored and acknowledged, not dropped for want of a handler.
+func TestConsumeReceivesWhatTheSessionKeptWhileDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	topic := "outbox-mqttinbox/" + randomName()
+	rawURL := mqttURL() + "?topic=" + topic
+	clientID := "outbox-mqttinbox-" + randomName()
+	t.Cleanup(func() {
+		// End the persistent session at the broker.
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + mqttURL()[len("mqtt://"):]).
+			SetClientID(clientID).SetCleanSession(true))
+		if tok := c.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+			c.Disconnect(0)
+		}
+	})
+	var (
+		mu     sync.Mutex
+		stored = map[string]bool{}
+	)
+	receive := func(_ context.Context, m inbox.Message) (inbox.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		stored[m.ID] = true
+		return inbox.Result{}, nil
+	}
+	consume := func(runCtx context.Context, subscribed chan<- struct{}) (mqtt.Client, <-chan error) {
+		client, filter, err := mqttinbox.Open(rawURL, clientID)
+		require.NoError(t, err)
+		require.False(t, client.IsConnectionOpen(), "Open leaves the client for Consume to connect")
+		done := make(chan error, 1)
+		go func() {
+			done <- mqttinbox.Consume(runCtx, client, filter, mqttinbox.Config{Logger: quiet, Receive: receive,
+				OnSubscribed: func() { close(subscribed) }})
+		}()
+		return client, done
+	}
+
+	// The first run subscribes the session, then stops.
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	subscribed := make(chan struct{})
+	client, done := consume(firstCtx, subscribed)
+	<-subscribed
+	stopFirst()
+	require.NoError(t, <-done)
+	client.Disconnect(100)
+
+	// Published while no consumer runs.
+	router, err := route.New(topic)
+	require.NoError(t, err)
+	sink, err := mqttsink.New(ctx, mqttsink.Config{URL: mqttURL(), Router: router, Source: "/orders", Logger: quiet})
+	require.NoError(t, err)
+	const n = 20
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{ID: int64(i + 1), EventType: "order.created", Payload: json.RawMessage(`{}`), CreatedAt: time.Now()}
+	}
+	require.Nil(t, sink.Publish(ctx, events))
+	require.NoError(t, sink.Close())
+
+	secondCtx, stopSecond := context.WithCancel(ctx)
+	client, done = consume(secondCtx, make(chan struct{}))
+	testutil.WaitFor(t, 20*time.Second, "every message kept by the session stored", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(stored) == n
+	})
+	stopSecond()
+	require.NoError(t, <-done)
+	client.Disconnect(100)
+}

@@ -474,7 +474,7 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 			return err
 		}
 	case "mqtt", "mqtts", "tcp", "ssl":
-		client, topic, err := mqttinbox.Open(ctx, rf.from, "outbox-receive-"+rf.consumer)
+		client, topic, err := mqttinbox.Open(rf.from, "outbox-receive-"+rf.consumer)
 		if err != nil {
 			return fromError(err)
 		}
