@@ -59,6 +59,40 @@ func (a *app) consumerLags(ctx context.Context, db outbox.Database) (*[]consumer
 	return &out, nil
 }
 
+// inboxOnlyStatsJSON is stats --json on a schema with the inbox and no
+// outbox table: a consumer's own database.
+type inboxOnlyStatsJSON struct {
+	// OutboxAbsent is true: the schema has no outbox_events.
+	OutboxAbsent bool               `json:"outbox_absent"`
+	Consumers    *[]consumerLagJSON `json:"consumers"`
+}
+
+// inboxOnlyStats reports the consumers on a schema that has the inbox but
+// no outbox table, and says the outbox is absent; noTable is the error the
+// outbox's check returned, returned as it is when there is no inbox
+// either.
+func (a *app) inboxOnlyStats(ctx context.Context, noTable error, asJSON bool) error {
+	db, closer, _, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	consumers, err := a.consumerLags(ctx, db)
+	if err != nil {
+		return err
+	}
+	if consumers == nil {
+		return noTable
+	}
+	if asJSON {
+		return writeJSON(a.stdout, inboxOnlyStatsJSON{OutboxAbsent: true, Consumers: consumers})
+	}
+	if _, err := fmt.Fprintf(a.stdout, "outbox: absent (schema %s has no outbox_events; this database only receives)\n", safeText(a.schema)); err != nil {
+		return err
+	}
+	return writeConsumers(a.stdout, consumers)
+}
+
 // writeConsumers lists the consumers with a backlog.
 func writeConsumers(w io.Writer, c *[]consumerLagJSON) error {
 	if c == nil {
@@ -115,6 +149,9 @@ events waiting for a slow retry (relay --dead-letter-retry) show as
 holds the consumer side's inbox_messages (outbox migrate --inbox), it lists
 each consumer with unprocessed messages and the oldest one's age (with
 --json, consumers: consumer, unprocessed, oldest_unprocessed_age_seconds).
+On a consumer's database, with the inbox and no outbox table, it says the
+outbox is absent and lists the consumers (with --json, outbox_absent: true
+and consumers only).
 
 With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
@@ -137,6 +174,9 @@ longer --interval.`,
 				return a.tenantStats(cmd.Context(), &tenants, asJSON, watch, interval)
 			}
 			m, db, closePool, err := a.managerDB(cmd.Context())
+			if errors.Is(err, outbox.ErrNoTable) && !watch {
+				return a.inboxOnlyStats(cmd.Context(), err, asJSON)
+			}
 			if err != nil {
 				return err
 			}
