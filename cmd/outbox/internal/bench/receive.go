@@ -22,14 +22,23 @@ import (
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
 
-// receiveConsumer is the consumer the receive scenario stores under.
-const receiveConsumer = "bench"
+// The consumers the receive scenario stores under: the receiver's and the
+// hand-written loop's, in one table.
+const (
+	receiveConsumer   = "bench"
+	referenceConsumer = "bench-reference"
+)
+
+// receiveRounds is how many times receive alternates between the receiver
+// and the hand-written loop, each storing a share of the events: load that
+// comes and goes on the machine then falls on both alike.
+const receiveRounds = 4
 
 // Receive measures `outbox receive`'s path into the inbox against a
 // hand-written insert loop, in the same run (PostgreSQL only):
 //
 //   - receive: the webhook sink (Writers requests in flight, signed, one
-//     event per request, as the relay sends them) POSTs Events events to an
+//     event per request, as the relay sends them) POSTs the events to an
 //     inbox.WebhookHandler on loopback whose Receive is inbox.Store on a
 //     pool of Writers connections with the database's defaults: what
 //     `outbox receive` serves.
@@ -37,57 +46,18 @@ const receiveConsumer = "bench"
 //     IDs, payload and headers) with INSERT … ON CONFLICT DO NOTHING, one
 //     autocommitted statement each, on a pool alike.
 //
-// Each phase runs in a scratch schema of its own migrated with the inbox
-// track, and checks that every message is stored exactly once. The report
-// is receive's, with the reference's rate and receive/reference in
-// DrainStats.
+// Both store into one scratch inbox_messages, under consumers of their
+// own, taking turns in receiveRounds rounds of Events/receiveRounds
+// events each; at the end each consumer must hold every message exactly
+// once. The report is receive's, with the reference's rate and
+// receive/reference in DrainStats.
 func (r *Runner) Receive(ctx context.Context) (Report, error) {
 	rep := Report{Scenario: ScenarioReceive}
 	if _, ok := r.st.(*pgStore); !ok {
 		return rep, errors.New("receive: runs on PostgreSQL only")
 	}
 	events := benchEvents(r.cfg.Events, r.payload)
-	var headers []byte
-	err := r.withInbox(ctx, &rep, func(s scratch, pool *pgxpool.Pool, table string) error {
-		r.progress("receive: POSTing %d events through the webhook sink (%d in flight) into the inbox", len(events), r.cfg.Writers)
-		rss := startRSS()
-		elapsed, dups, err := r.receiveWebhooks(ctx, s, pool, events)
-		rep.RSSPeakBytes = rss.Stop()
-		if err != nil {
-			return err
-		}
-		rep.Events, rep.Duplicates, rep.Seconds = int64(len(events)), dups, elapsed.Seconds()
-		rep.EventsPerS = float64(len(events)) / elapsed.Seconds()
-		if err := checkInboxRows(ctx, pool, table, len(events)); err != nil {
-			return err
-		}
-		// The reference stores the very headers the handler stored.
-		return pool.QueryRow(ctx, `SELECT headers::text FROM `+table+` LIMIT 1`).Scan(&headers)
-	})
-	if err != nil {
-		return rep, fmt.Errorf("receive: %w", err)
-	}
-	var refRep Report
-	err = r.withInbox(ctx, &refRep, func(_ scratch, pool *pgxpool.Pool, table string) error {
-		r.progress("receive: inserting %d messages with %d hand-written INSERT … ON CONFLICT loops", len(events), r.cfg.Writers)
-		elapsed, err := r.insertLoop(ctx, pool, table, events, headers)
-		if err != nil {
-			return err
-		}
-		rate := float64(len(events)) / elapsed.Seconds()
-		rep.DrainStats = &DrainStats{ReferenceEventsPerS: rate, RatioToReference: ratio(rep.EventsPerS, rate)}
-		return checkInboxRows(ctx, pool, table, len(events))
-	})
-	if err != nil {
-		return rep, fmt.Errorf("receive reference: %w", err)
-	}
-	return rep, nil
-}
-
-// withInbox runs fn in a scratch schema migrated with the inbox track,
-// with a pool of Writers connections with the database's defaults.
-func (r *Runner) withInbox(ctx context.Context, rep *Report, fn func(s scratch, pool *pgxpool.Pool, table string) error) error {
-	return r.withScratch(ctx, rep, func(s scratch) error {
+	err := r.withScratch(ctx, &rep, func(s scratch) error {
 		if _, err := outboxmigrate.MigrateInbox(ctx, s.database(), outboxmigrate.Config{Schema: s.schema()}); err != nil {
 			return err
 		}
@@ -99,75 +69,151 @@ func (r *Runner) withInbox(ctx context.Context, rep *Report, fn func(s scratch, 
 			return errors.New("runs on PostgreSQL only")
 		}
 		defer ps.close(ctx)
-		pc := ps.s.st.base.Copy()
-		pc.ConnConfig.RuntimeParams["application_name"] = "outbox-bench-receive"
-		pc.MaxConns = int32(min(r.cfg.Writers, 1<<20))
-		pool, err := ps.connect(ctx, pc)
+		receiverPool, err := r.inboxPool(ctx, ps, "outbox-bench-receive")
 		if err != nil {
 			return err
 		}
-		return fn(s, pool, pgx.Identifier{s.schema(), "inbox_messages"}.Sanitize())
+		referencePool, err := r.inboxPool(ctx, ps, "outbox-bench-receive-reference")
+		if err != nil {
+			return err
+		}
+		table := pgx.Identifier{s.schema(), "inbox_messages"}.Sanitize()
+		rc, err := r.startReceiver(ctx, s, receiverPool)
+		if err != nil {
+			return err
+		}
+		defer rc.stop(ctx)
+
+		var (
+			headers              []byte
+			receiveTime, refTime time.Duration
+		)
+		rss := startRSS()
+		for round := range receiveRounds {
+			chunk := events[round*len(events)/receiveRounds : (round+1)*len(events)/receiveRounds]
+			if len(chunk) == 0 {
+				continue
+			}
+			r.progress("receive: round %d of %d: POSTing %d events through the webhook sink (%d in flight) into the inbox",
+				round+1, receiveRounds, len(chunk), r.cfg.Writers)
+			d, err := rc.publish(ctx, chunk)
+			if err != nil {
+				return err
+			}
+			receiveTime += d
+			if headers == nil {
+				// The reference stores the very headers the handler stored.
+				if err := receiverPool.QueryRow(ctx, `SELECT headers::text FROM `+table+` LIMIT 1`).Scan(&headers); err != nil {
+					return err
+				}
+			}
+			r.progress("receive: round %d of %d: inserting %d messages with %d hand-written INSERT … ON CONFLICT loops",
+				round+1, receiveRounds, len(chunk), r.cfg.Writers)
+			if d, err = r.insertLoop(ctx, referencePool, table, chunk, headers); err != nil {
+				return err
+			}
+			refTime += d
+		}
+		rep.RSSPeakBytes = rss.Stop()
+		rep.Events, rep.Duplicates, rep.Seconds = int64(len(events)), rc.dups.Load(), receiveTime.Seconds()
+		rep.EventsPerS = float64(len(events)) / receiveTime.Seconds()
+		refRate := float64(len(events)) / refTime.Seconds()
+		rep.DrainStats = &DrainStats{ReferenceEventsPerS: refRate, RatioToReference: ratio(rep.EventsPerS, refRate)}
+		return errors.Join(checkInboxRows(ctx, receiverPool, table, receiveConsumer, len(events)),
+			checkInboxRows(ctx, receiverPool, table, referenceConsumer, len(events)))
 	})
+	if err != nil {
+		return rep, fmt.Errorf("receive: %w", err)
+	}
+	return rep, nil
 }
 
-// receiveWebhooks serves an inbox webhook handler on loopback and
-// publishes events to it through the webhook sink; it returns the wall
-// time from the first request to the last answer.
-func (r *Runner) receiveWebhooks(ctx context.Context, s scratch, pool *pgxpool.Pool, events []outbox.Event) (time.Duration, int64, error) {
+// inboxPool opens a pool of Writers connections with the database's
+// defaults.
+func (r *Runner) inboxPool(ctx context.Context, ps *pgPools, name string) (*pgxpool.Pool, error) {
+	pc := ps.s.st.base.Copy()
+	pc.ConnConfig.RuntimeParams["application_name"] = name
+	pc.MaxConns = int32(min(r.cfg.Writers, 1<<20))
+	return ps.connect(ctx, pc)
+}
+
+// receiver is an inbox webhook handler served on loopback and the webhook
+// sink that POSTs to it.
+type receiver struct {
+	srv     *http.Server
+	served  sync.WaitGroup
+	sink    *webhooksink.Sink
+	dups    atomic.Int64
+	r       *Runner
+}
+
+// startReceiver serves an inbox webhook handler storing into pool on
+// loopback, as outbox receive does, and makes the webhook sink that
+// publishes to it.
+func (r *Runner) startReceiver(ctx context.Context, s scratch, pool *pgxpool.Pool) (*receiver, error) {
 	var key [24]byte
 	_, _ = rand.Read(key[:])
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(key[:])
 	in, err := inbox.New(inbox.Config{Schema: s.schema(), Consumer: receiveConsumer, Dialect: outbox.DialectPostgres})
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	var dups atomic.Int64
+	rc := &receiver{r: r}
 	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Secret: secret, Logger: r.cfg.Logger,
 		Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
-			// As outbox receive does: each store bounded on its own.
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			res, err := in.Store(ctx, pool, m)
 			if res.Duplicate {
-				dups.Add(1)
+				rc.dups.Add(1)
 			}
 			return res, err
 		}})
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	var served sync.WaitGroup
-	served.Go(func() { _ = srv.Serve(ln) })
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		served.Wait()
-	}()
-	sink, err := webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers})
+	rc.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	rc.served.Go(func() { _ = rc.srv.Serve(ln) })
+	rc.sink, err = webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers})
 	if err != nil {
-		return 0, 0, err
+		rc.stop(ctx)
+		return nil, err
 	}
-	defer func() { _ = sink.Close() }()
-	rec := newRecorder(sink, len(events))
+	return rc, nil
+}
+
+// publish POSTs events and returns the wall time from the first request to
+// the last answer.
+func (rc *receiver) publish(ctx context.Context, events []outbox.Event) (time.Duration, error) {
+	rec := newRecorder(rc.sink, len(events))
 	start := time.Now()
-	err = publishBatches(ctx, rec, events, r.cfg.BatchSize, r.cfg.MaxInFlight)
+	err := publishBatches(ctx, rec, events, rc.r.cfg.BatchSize, rc.r.cfg.MaxInFlight)
 	elapsed := time.Since(start)
 	if sinkErr := rec.err(); sinkErr != nil {
 		err = sinkErr
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	if delivered, _, _ := rec.counts(); delivered != int64(len(events)) {
-		return 0, 0, fmt.Errorf("%d of %d events acknowledged", delivered, len(events))
+		return 0, fmt.Errorf("%d of %d events acknowledged", delivered, len(events))
 	}
-	return elapsed, dups.Load(), nil
+	return elapsed, nil
+}
+
+// stop shuts the server down, then the sink.
+func (rc *receiver) stop(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = rc.srv.Shutdown(sctx)
+	rc.served.Wait()
+	if rc.sink != nil {
+		_ = rc.sink.Close()
+	}
 }
 
 // insertLoop inserts events' messages with Writers goroutines, one
@@ -191,7 +237,7 @@ VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
 					return
 				}
 				e := &events[i]
-				if _, err := pool.Exec(ctx, q, receiveConsumer, webhooksink.SourceDefault, strconv.FormatInt(e.ID, 10),
+				if _, err := pool.Exec(ctx, q, referenceConsumer, webhooksink.SourceDefault, strconv.FormatInt(e.ID, 10),
 					e.EventType, string(e.Payload), string(headers)); err != nil {
 					cancel(err)
 					return
@@ -207,15 +253,15 @@ VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
 	return elapsed, nil
 }
 
-// checkInboxRows checks that table holds exactly want messages, each
-// once: none lost, none doubled.
-func checkInboxRows(ctx context.Context, pool *pgxpool.Pool, table string, want int) error {
+// checkInboxRows checks that table holds exactly want messages for
+// consumer, each once: none lost, none doubled.
+func checkInboxRows(ctx context.Context, pool *pgxpool.Pool, table, consumer string, want int) error {
 	var n, distinct int64
-	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT message_id) FROM `+table+` WHERE consumer = $1`, receiveConsumer).Scan(&n, &distinct); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT message_id) FROM `+table+` WHERE consumer = $1`, consumer).Scan(&n, &distinct); err != nil {
 		return err
 	}
 	if n != int64(want) || distinct != int64(want) {
-		return fmt.Errorf("the inbox holds %d rows (%d distinct ids), want %d", n, distinct, want)
+		return fmt.Errorf("the inbox holds %d rows (%d distinct ids) for %s, want %d", n, distinct, consumer, want)
 	}
 	return nil
 }
