@@ -140,11 +140,11 @@ func (r *Runner) inboxPool(ctx context.Context, ps *pgPools, name string) (*pgxp
 // receiver is an inbox webhook handler served on loopback and the webhook
 // sink that POSTs to it.
 type receiver struct {
-	srv     *http.Server
-	served  sync.WaitGroup
-	sink    *webhooksink.Sink
-	dups    atomic.Int64
-	r       *Runner
+	srv    *http.Server
+	served sync.WaitGroup
+	sink   *webhooksink.Sink
+	dups   atomic.Int64
+	r      *Runner
 }
 
 // startReceiver serves an inbox webhook handler storing into pool on

@@ -35,12 +35,9 @@ type statsDocJSON struct {
 	Consumers *[]consumerLagJSON `json:"consumers,omitempty"`
 }
 
-// consumerLagJSON is one consumer's backlog in inbox_messages.
-type consumerLagJSON struct {
-	Consumer                    string  `json:"consumer"`
-	Unprocessed                 int64   `json:"unprocessed"`
-	OldestUnprocessedAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
-}
+// consumerLagJSON is one consumer's backlog in inbox_messages: the admin
+// API's ConsumerLagJSON, so both speak one contract.
+type consumerLagJSON = outboxadmin.ConsumerLagJSON
 
 // consumerLags reads the inbox's backlog, nil when the schema has no inbox.
 func (a *app) consumerLags(ctx context.Context, db outbox.Database) (*[]consumerLagJSON, error) {
