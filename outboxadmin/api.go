@@ -1,6 +1,7 @@
 package outboxadmin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,6 +37,7 @@ func (h *Handler) routes() {
 	get("/api/relays", h.relays)
 	get("/api/blocked-aggregates", h.blockedAggregates)
 	get("/api/health", h.health)
+	get("/api/consumers", h.consumers)
 	post("/api/events/retry", h.retry)
 	post("/api/events/replay", h.replay)
 	post("/api/events/replay-to-sink", h.replayToSink)
@@ -300,6 +302,42 @@ func (h *Handler) relays(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, NewRelaysJSON(relays))
+}
+
+// ConsumersJSON is GET /api/consumers: the consumer side's backlog, each
+// consumer with unprocessed messages in its inbox (inbox_messages), the
+// most lagging first. Available is false when the handler has no inbox to
+// read (Config.Consumers is nil), with nothing listed.
+type ConsumersJSON struct {
+	Available bool              `json:"available"`
+	Consumers []ConsumerLagJSON `json:"consumers"`
+}
+
+// ConsumerLagJSON is one consumer's backlog: outbox stats --json's
+// consumers entries.
+type ConsumerLagJSON struct {
+	Consumer                    string  `json:"consumer"`
+	Unprocessed                 int64   `json:"unprocessed"`
+	OldestUnprocessedAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
+}
+
+func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {
+	out := ConsumersJSON{Consumers: []ConsumerLagJSON{}}
+	if h.cfg.Consumers != nil {
+		ctx, cancel := h.dbContext(r)
+		defer cancel()
+		lags, err := h.cfg.Consumers(ctx)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		out.Available = true
+		out.Consumers = append(out.Consumers, lags...)
+		slices.SortStableFunc(out.Consumers, func(a, b ConsumerLagJSON) int {
+			return cmp.Compare(b.OldestUnprocessedAgeSeconds, a.OldestUnprocessedAgeSeconds)
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // BlockedAggregatesJSON is GET /api/blocked-aggregates: the aggregates

@@ -2,6 +2,7 @@ package outboxadmin
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +71,12 @@ type Config struct {
 	// log, such as "nats://broker:4222/ORDERS"; leave credentials out.
 	// Required with ReplaySink.
 	ReplaySinkName string
+	// Consumers, when set, reads the consumer side's backlog for GET
+	// /api/consumers and the overview's Consumers panel: each consumer
+	// with unprocessed messages in an inbox, such as a closure over
+	// inbox.Lag on the schema holding inbox_messages. Nil when there is
+	// no inbox: the endpoint answers available false.
+	Consumers func(ctx context.Context) ([]ConsumerLagJSON, error)
 	// SampleInterval is how often the charts get a point. Defaults to
 	// SampleIntervalDefault.
 	SampleInterval time.Duration

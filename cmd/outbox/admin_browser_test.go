@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -219,6 +220,7 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	text := br.text("#overview-tables")
 	require.Regexp(t, `outbox_events\s+\S+\s+\d+\s+\d+(\.\d)? [KM]iB`, text)
 	require.Contains(t, text, "Vacuum horizon")
+	br.waitJS("no consumers panel without an inbox", `document.querySelector('#overview-consumers')?.hidden === true`)
 	br.screenshot("overview")
 
 	// The failed queue lists the three; retry one with its button.
@@ -392,4 +394,25 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	br.do("reload", chromedp.Reload())
 	br.waitJS("the overview without signing in again", `!!document.querySelector('[data-card="pending"]')`)
 	require.NotContains(t, br.html(), adminTestToken)
+}
+
+// With the inbox in the schema, the overview shows each consumer's lag:
+// the unprocessed messages and the oldest one's age.
+func TestAdminDashboardConsumersInBrowser(t *testing.T) {
+	t.Parallel()
+	br := newBrowser(t)
+	b := setup(t)
+	requireOK(t, outboxCmd(t, b.schema, "migrate", "--inbox"))
+	b.exec(t, `INSERT INTO `+pgx.Identifier{b.schema, "inbox_messages"}.Sanitize()+` (consumer, message_id, payload, received_at) VALUES
+  ('billing', '1', '{}', now() - interval '90 seconds'), ('billing', '2', '{}', now())`)
+	dbURL, _ := databaseURLWithPassword(t)
+	_, base := startAdmin(t, dbURL, b.schema, nil, "--addr", "127.0.0.1:0", "--sample-interval", "500ms")
+
+	br.do("open the overview", chromedp.Navigate(base))
+	br.waitJS("the consumers panel", `document.querySelector('#overview-consumers')?.hidden === false &&
+		[...document.querySelectorAll('#overview-consumers tr[data-consumer]')].map(r => r.dataset.consumer).join() === 'billing'`)
+	text := br.text("#overview-consumers")
+	require.Contains(t, text, "Consumers (inbox)")
+	require.Regexp(t, `billing\s+2\s+1m 3\ds`, text)
+	br.screenshot("overview-consumers")
 }

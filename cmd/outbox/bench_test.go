@@ -159,7 +159,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown scenario", append(db, "drain", "sprint"), []string{`unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency or all`}},
+		{"unknown scenario", append(db, "drain", "sprint"), []string{`unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency, receive, tenants or all`}},
 		{"bad retention", append(db, "--retention", "forever"), []string{`invalid --retention: unknown retention mode "forever": use processed, delete, archive or all`}},
 		{"bad wake", append(db, "--wake", "sometimes"), []string{`invalid --wake: unknown wake-up mode "sometimes": use poll, listen, process or all`}},
 		{"zero events", append(db, "--events", "0"), []string{"invalid --events 0: use a positive value"}},
@@ -179,6 +179,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bad sqlite url", []string{"--database-url", "sqlite://app.db", "bench"}, []string{"invalid --database-url", "names a host"}},
 		{"reference-minimal on sqlite", []string{"--database-url", "sqlite:///nonexistent/app.db", "bench", "drain", "Reference-Minimal"},
 			[]string{"invalid scenario reference-minimal: it runs on PostgreSQL only, not on SQLite"}},
+		{"receive on sqlite", []string{"--database-url", "sqlite:///nonexistent/app.db", "bench", "Receive"},
+			[]string{"invalid scenario receive: it runs on PostgreSQL only, not on SQLite"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -393,6 +393,40 @@ func TestStatsShowsConsumerLag(t *testing.T) {
 	require.Nil(t, consumers(setup(t).schema))
 }
 
+// outbox stats on a consumer's database, with the inbox and no outbox
+// table, reports the consumers and says the outbox is absent; with
+// neither it fails as before.
+func TestStatsInboxOnly(t *testing.T) {
+	t.Parallel()
+	schema := inboxSchema(t)
+	_, err := testutil.Pool(t).Exec(context.Background(), `INSERT INTO `+pgx.Identifier{schema, "inbox_messages"}.Sanitize()+
+		` (consumer, message_id, payload, received_at) VALUES ('billing', '1', '{}', now() - interval '90 seconds')`)
+	require.NoError(t, err)
+
+	res := outboxCmd(t, schema, "stats", "--json")
+	requireOK(t, res)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
+	require.Equal(t, true, doc["outbox_absent"])
+	consumers, ok := doc["consumers"].([]any)
+	require.True(t, ok, "consumers: %s", res.stdout)
+	require.Len(t, consumers, 1)
+	c := consumers[0].(map[string]any)
+	require.Equal(t, "billing", c["consumer"])
+	require.Equal(t, 1.0, c["unprocessed"])
+	require.InDelta(t, 90, c["oldest_unprocessed_age_seconds"], 20)
+
+	res = outboxCmd(t, schema, "stats")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "outbox: absent")
+	require.Contains(t, res.stdout, "inbox consumers with unprocessed messages: 1")
+	require.Regexp(t, `billing\s+1\s+1m3\d`, res.stdout)
+
+	// --watch needs the outbox table, and neither table is an error.
+	requireFail(t, outboxCmd(t, schema, "stats", "--watch"), 1, "run outbox migrate")
+	requireFail(t, outboxCmd(t, testutil.EmptySchemaName(t), "stats"), 1, "run outbox migrate")
+}
+
 // Writer → outbox → relay → NATS JetStream → outbox receive --from nats://
 // → inbox, with the relay and the receiver SIGKILLed during the run: one
 // inbox row per committed event, and the durable consumer ends with

@@ -247,6 +247,7 @@
     };
     const relaysBox = h('div', { id: 'overview-relays' });
     const tablesBox = h('div', { id: 'overview-tables' });
+    const consumersPanel = h('section', { class: 'panel', id: 'overview-consumers', hidden: true });
     main.replaceChildren(
       h('h1', {}, 'Overview'),
       cards,
@@ -255,6 +256,7 @@
         h('section', { class: 'panel' }, h('h2', {}, 'Publisher lag'), charts.lag),
         h('section', { class: 'panel' }, h('h2', {}, 'Waiting and failed events'), charts.counts)),
       h('section', { class: 'panel' }, h('h2', {}, 'Relays'), relaysBox),
+      consumersPanel,
       h('section', { class: 'panel' }, h('h2', {}, 'Tables'), tablesBox));
 
     let points = [];
@@ -282,7 +284,7 @@
       ], fmtInt);
     };
     const refresh = async () => {
-      const [st, rel, health] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health')]);
+      const [st, rel, health, cons] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health'), api('consumers')]);
       if (stale(gen)) return;
       last = st;
       points = points.concat(st.series);
@@ -294,6 +296,8 @@
       draw();
       relaysBox.replaceChildren(relaysTable(rel.relays));
       tablesBox.replaceChildren(...healthView(health));
+      consumersPanel.hidden = !cons.available;
+      if (cons.available) consumersPanel.replaceChildren(h('h2', {}, 'Consumers (inbox)'), consumersTable(cons.consumers));
     };
     await refresh();
     const interval = Math.max(2, (state.info && state.info.sample_interval_seconds) || 5) * 1000;
@@ -397,6 +401,17 @@
       td('First lease ends', r.first_lease_end ? h('span', { title: fmtTime(r.first_lease_end), class: r.expired ? 'error' : '' },
         r.expired ? 'expired ' + fmtRelative(r.first_lease_end) : fmtRelative(r.first_lease_end)) : '–'),
     ], 'No relay is running: a running relay shows here within a heartbeat of its start.', (r) => ({ relay: r.relay_id, state: !r.heartbeat ? 'leases' : r.stale ? 'stale' : (r.events > 0 ? 'publishing' : 'idle') }));
+  }
+
+  // consumersTable lists the consumer side's backlog (GET /api/consumers):
+  // each consumer with unprocessed messages in its inbox, and the oldest
+  // one's age, the consumer lag.
+  function consumersTable(consumers) {
+    return table(['Consumer', 'Unprocessed', 'Oldest unprocessed'], consumers, (c) => [
+      td('Consumer', c.consumer, 'mono'),
+      td('Unprocessed', fmtInt(c.unprocessed), 'num'),
+      td('Oldest unprocessed', fmtDuration(c.oldest_unprocessed_age_seconds), 'num'),
+    ], 'Every consumer has processed every message it received.', (c) => ({ consumer: c.consumer }));
   }
 
   // healthView shows the outbox tables' size and garbage, and what holds

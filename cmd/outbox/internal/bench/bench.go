@@ -55,10 +55,15 @@ const (
 	// during another's flood, 1,000 schemas' idle cost and active
 	// latency (PostgreSQL; several minutes). "all" leaves it out: name it.
 	ScenarioTenants Scenario = "tenants"
+	// ScenarioReceive POSTs events through the webhook sink into an
+	// inbox webhook handler (outbox receive's path), and compares it with
+	// a hand-written INSERT … ON CONFLICT DO NOTHING loop at the same
+	// concurrency. PostgreSQL only.
+	ScenarioReceive Scenario = "receive"
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []Scenario{ScenarioReference, ScenarioReferenceMinimal, ScenarioSink, ScenarioDrain, ScenarioSteady, ScenarioLatency}
+var Scenarios = []Scenario{ScenarioReference, ScenarioReferenceMinimal, ScenarioSink, ScenarioDrain, ScenarioSteady, ScenarioLatency, ScenarioReceive}
 
 // ParseScenarios returns the scenarios named in names ("all" for every
 // one), deduplicated and in run order. No names means all.
@@ -171,7 +176,7 @@ const discardSinkName = "discard:"
 // Config configures the scenarios.
 type Config struct {
 	// Events is how many events drain, reference and reference-minimal
-	// pre-fill, and sink publishes. Defaults to EventsDefault.
+	// pre-fill, and sink and receive publish. Defaults to EventsDefault.
 	Events int
 	// BatchSize is the relay's and the reference loop's batch size.
 	// Defaults to BatchSizeDefault.
@@ -183,8 +188,9 @@ type Config struct {
 	// batches sink publishes at once. Defaults to the relay's default
 	// (outbox.MaxInFlightDefault, or Workers when larger).
 	MaxInFlight int
-	// Writers is how many writer goroutines steady and latency run.
-	// Defaults to WritersDefault.
+	// Writers is how many writer goroutines steady and latency run, and
+	// receive's requests in flight and insert loops. Defaults to
+	// WritersDefault.
 	Writers int
 	// PayloadSize is each event's JSON payload size in bytes. Defaults to
 	// PayloadSizeDefault.

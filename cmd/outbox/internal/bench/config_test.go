@@ -14,7 +14,7 @@ import (
 
 func TestParseScenarios(t *testing.T) {
 	t.Parallel()
-	all := []bench.Scenario{bench.ScenarioReference, bench.ScenarioReferenceMinimal, bench.ScenarioSink, bench.ScenarioDrain, bench.ScenarioSteady, bench.ScenarioLatency}
+	all := []bench.Scenario{bench.ScenarioReference, bench.ScenarioReferenceMinimal, bench.ScenarioSink, bench.ScenarioDrain, bench.ScenarioSteady, bench.ScenarioLatency, bench.ScenarioReceive}
 	tests := []struct {
 		in   []string
 		want []bench.Scenario
@@ -26,7 +26,7 @@ func TestParseScenarios(t *testing.T) {
 		{in: []string{"Reference"}, want: []bench.Scenario{bench.ScenarioReference}},
 		{in: []string{"tenants", "drain"}, want: []bench.Scenario{bench.ScenarioDrain, bench.ScenarioTenants}},
 		{in: []string{"all", "tenants"}, want: append(all, bench.ScenarioTenants)},
-		{in: []string{"drain", "sprint"}, err: `unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency, tenants or all`},
+		{in: []string{"drain", "sprint"}, err: `unknown scenario "sprint": use reference, reference-minimal, sink, drain, steady, latency, receive, tenants or all`},
 	}
 	for _, tt := range tests {
 		got, err := bench.ParseScenarios(tt.in)

@@ -111,8 +111,9 @@ func (r *Runner) Config() Config { return r.cfg }
 // When drain and sink run together with a sink other than Discard, each
 // unordered drain also runs as a discard drain just before it (a report
 // with Sink "discard:"), and the drain's report carries LimitEventsPerS and
-// RatioToLimit. reference-minimal is PostgreSQL's: elsewhere Run leaves it
-// out with a note. On error it returns the reports finished so far.
+// RatioToLimit; then receive, then tenants. reference-minimal, receive
+// and tenants are PostgreSQL's: elsewhere Run leaves them out with a note.
+// On error it returns the reports finished so far.
 func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) {
 	res := Result{Settings: r.settings(), Database: r.info.kind, Server: r.info.server, Autovacuum: r.info.autovacuum,
 		CPUs: runtime.NumCPU(), Notes: []string{
@@ -221,6 +222,15 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			if err := add(r.Latency(ctx, mode, w)); err != nil {
 				return res, err
 			}
+		}
+	}
+	if want[ScenarioReceive] {
+		if _, ok := r.st.(*pgStore); ok {
+			if err := add(r.Receive(ctx)); err != nil {
+				return res, err
+			}
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("receive did not run: it is PostgreSQL's, and this is %s.", res.DatabaseName()))
 		}
 	}
 	if want[ScenarioTenants] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outboxkit/outbox/outboxmigrate"
 	"log/slog"
 	"net"
 	"net/http"
@@ -115,6 +116,18 @@ or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.`
 				return a.tableError(err)
 			}
 			cfg.Logger = a.logger
+			// The consumer side's backlog, when the schema holds an inbox.
+			if v, err := outboxmigrate.InboxVersion(cmd.Context(), db, outboxmigrate.Config{Schema: a.schema}); err != nil {
+				return err
+			} else if v > 0 {
+				cfg.Consumers = func(ctx context.Context) ([]outboxadmin.ConsumerLagJSON, error) {
+					lags, err := a.consumerLags(ctx, db)
+					if err != nil || lags == nil {
+						return nil, err
+					}
+					return *lags, nil
+				}
+			}
 			if replaySink != "" {
 				sink, name, closeSink, err := a.openReplaySink(cmd.Context(), replaySink)
 				if err != nil {

@@ -41,7 +41,7 @@ func (a *app) benchCommand() *cobra.Command {
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|tenants|all]...",
+		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|tenants|receive|all]...",
 		Short: "Measure the relay and what the outbox costs on this database",
 		Long: `bench measures the outbox on the database --database-url names: PostgreSQL,
 SQLite or MySQL/MariaDB. Each scenario runs in scratch space of its own, named
@@ -84,6 +84,11 @@ Scenarios (default: all, which leaves tenants out):
              tenant schemas: the relay's statements/s while all are idle
              (20s), then p50/p99 while 10 of them write 100 events/s each
              for half of --duration
+  receive    --events signed webhook requests, --writers in flight, from the
+             webhook sink into outbox receive's handler storing into the
+             inbox, against --writers hand-written INSERT … ON CONFLICT DO
+             NOTHING loops storing the same messages: receive/reference
+             (PostgreSQL only; left out with a note elsewhere)
 
 --retention all runs reference and drain once per retention mode; --wake all
 runs steady and latency once per wake-up mode (poll: the relay's poll interval
@@ -108,7 +113,7 @@ scenarios that finished and exits 130.`,
 			}
 			return nil
 		},
-		ValidArgs: []string{"drain", "sink", "steady", "latency", "reference", "reference-minimal", "all"},
+		ValidArgs: []string{"drain", "sink", "steady", "latency", "reference", "reference-minimal", "receive", "all"},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			scenarios, err := bench.ParseScenarios(args)
 			if err != nil {
@@ -141,6 +146,11 @@ scenarios that finished and exits 130.`,
 				return bench.Scenario(strings.ToLower(strings.TrimSpace(a))) == bench.ScenarioReferenceMinimal
 			}) {
 				return usagef("invalid scenario reference-minimal: it runs on PostgreSQL only, not on %s", dbKindName(db.Kind))
+			}
+			if db.Kind != dburl.KindPostgres && slices.ContainsFunc(args, func(a string) bool {
+				return bench.Scenario(strings.ToLower(strings.TrimSpace(a))) == bench.ScenarioReceive
+			}) {
+				return usagef("invalid scenario receive: it runs on PostgreSQL only, not on %s", dbKindName(db.Kind))
 			}
 			if wake == "all" && db.Kind != dburl.KindPostgres {
 				// All the modes this database has: LISTEN is PostgreSQL's.
@@ -195,11 +205,11 @@ scenarios that finished and exits 130.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain, reference and reference-minimal, and published by sink")
+	f.IntVar(&cfg.Events, "events", bench.EventsDefault, "events pre-filled for drain, reference and reference-minimal, and published by sink and receive")
 	f.IntVar(&cfg.BatchSize, "batch-size", bench.BatchSizeDefault, "most events claimed and published at once")
 	f.IntVar(&cfg.Workers, "workers", bench.WorkersDefault, "claim loops of the relay and of the reference loops")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, fmt.Sprintf("batches the relay holds in flight (relay --max-in-flight), and publishes at once in sink (default %d, or --workers when larger)", outbox.MaxInFlightDefault))
-	f.IntVar(&cfg.Writers, "writers", bench.WritersDefault, "writer goroutines in steady and latency")
+	f.IntVar(&cfg.Writers, "writers", bench.WritersDefault, "writer goroutines in steady and latency; receive's requests in flight and insert loops")
 	f.IntVar(&cfg.PayloadSize, "payload-size", bench.PayloadSizeDefault, "bytes of JSON payload per event")
 	f.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "how long latency writes, and steady with the relay (steady also writes without it, half as long before and half after)")
 	f.IntVar(&cfg.Rate, "rate", bench.RateDefault, "latency: the writers' total events per second")
@@ -294,9 +304,12 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 	t := newTable(w, 2)
 	for _, r := range res.Scenarios {
 		title := string(r.Scenario)
-		if r.Scenario == bench.ScenarioSink {
+		switch r.Scenario {
+		case bench.ScenarioSink:
 			title += "\tno database"
-		} else {
+		case bench.ScenarioReceive:
+			title += "\twebhook sink → outbox receive's handler → inbox"
+		default:
 			title += "\tretention " + r.Retention
 		}
 		if r.Sink != "" {
@@ -336,7 +349,9 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 			t.row("  backlog\t%s halfway, %s at the end (%s)\n", thousands(float64(r.BacklogMid)), thousands(float64(r.BacklogEnd)), grew)
 		default:
 			t.row("  events/s\t%s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(float64(r.Events)), r.Seconds)
-			if r.DrainStats != nil {
+			if r.DrainStats != nil && r.Scenario == bench.ScenarioReceive {
+				t.row("  receive/reference\t%.2f× (hand-written INSERT … ON CONFLICT loop %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
+			} else if r.DrainStats != nil {
 				t.row("  relay/reference\t%.2f× (reference %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
 				if r.RatioToUnordered > 0 {
 					t.row("  ordered/unordered\t%.2f×\n", r.RatioToUnordered)
@@ -350,7 +365,7 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		if r.Duplicates > 0 {
 			t.row("  duplicates\t%d\n", r.Duplicates)
 		}
-		if r.Scenario != bench.ScenarioSink {
+		if r.Scenario != bench.ScenarioSink && r.Scenario != bench.ScenarioReceive {
 			writeTableSizes(t, res.Database, r)
 		}
 		t.row("  peak RSS\t%s\n", bytesize(r.RSSPeakBytes))

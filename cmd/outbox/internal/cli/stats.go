@@ -35,12 +35,9 @@ type statsDocJSON struct {
 	Consumers *[]consumerLagJSON `json:"consumers,omitempty"`
 }
 
-// consumerLagJSON is one consumer's backlog in inbox_messages.
-type consumerLagJSON struct {
-	Consumer                    string  `json:"consumer"`
-	Unprocessed                 int64   `json:"unprocessed"`
-	OldestUnprocessedAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
-}
+// consumerLagJSON is one consumer's backlog in inbox_messages: the admin
+// API's ConsumerLagJSON, so both speak one contract.
+type consumerLagJSON = outboxadmin.ConsumerLagJSON
 
 // consumerLags reads the inbox's backlog, nil when the schema has no inbox.
 func (a *app) consumerLags(ctx context.Context, db outbox.Database) (*[]consumerLagJSON, error) {
@@ -57,6 +54,40 @@ func (a *app) consumerLags(ctx context.Context, db outbox.Database) (*[]consumer
 		out[i] = consumerLagJSON{Consumer: l.Consumer, Unprocessed: l.Unprocessed, OldestUnprocessedAgeSeconds: l.OldestUnprocessedAge.Seconds()}
 	}
 	return &out, nil
+}
+
+// inboxOnlyStatsJSON is stats --json on a schema with the inbox and no
+// outbox table: a consumer's own database.
+type inboxOnlyStatsJSON struct {
+	// OutboxAbsent is true: the schema has no outbox_events.
+	OutboxAbsent bool               `json:"outbox_absent"`
+	Consumers    *[]consumerLagJSON `json:"consumers"`
+}
+
+// inboxOnlyStats reports the consumers on a schema that has the inbox but
+// no outbox table, and says the outbox is absent; noTable is the error the
+// outbox's check returned, returned as it is when there is no inbox
+// either.
+func (a *app) inboxOnlyStats(ctx context.Context, noTable error, asJSON bool) error {
+	db, closer, _, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closer.Close() }()
+	consumers, err := a.consumerLags(ctx, db)
+	if err != nil {
+		return err
+	}
+	if consumers == nil {
+		return noTable
+	}
+	if asJSON {
+		return writeJSON(a.stdout, inboxOnlyStatsJSON{OutboxAbsent: true, Consumers: consumers})
+	}
+	if _, err := fmt.Fprintf(a.stdout, "outbox: absent (schema %s has no outbox_events; this database only receives)\n", safeText(a.schema)); err != nil {
+		return err
+	}
+	return writeConsumers(a.stdout, consumers)
 }
 
 // writeConsumers lists the consumers with a backlog.
@@ -115,6 +146,9 @@ events waiting for a slow retry (relay --dead-letter-retry) show as
 holds the consumer side's inbox_messages (outbox migrate --inbox), it lists
 each consumer with unprocessed messages and the oldest one's age (with
 --json, consumers: consumer, unprocessed, oldest_unprocessed_age_seconds).
+On a consumer's database, with the inbox and no outbox table, it says the
+outbox is absent and lists the consumers (with --json, outbox_absent: true
+and consumers only).
 
 With --watch it refreshes all of it every --interval until interrupted,
 and adds the events written and published per second since the last
@@ -137,6 +171,9 @@ longer --interval.`,
 				return a.tenantStats(cmd.Context(), &tenants, asJSON, watch, interval)
 			}
 			m, db, closePool, err := a.managerDB(cmd.Context())
+			if errors.Is(err, outbox.ErrNoTable) && !watch {
+				return a.inboxOnlyStats(cmd.Context(), err, asJSON)
+			}
 			if err != nil {
 				return err
 			}
