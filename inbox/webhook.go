@@ -177,22 +177,51 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	msg, err := h.message(r.Header, body)
+	msgs, err := h.messages(r.Header, body)
 	if err != nil {
 		h.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.cfg.Receive(r.Context(), msg)
-	if err != nil {
-		h.cfg.Logger.Warn("webhook message not stored; the sender will retry", "message_id", msg.ID, "error", err.Error())
-		writeStatus(w, http.StatusServiceUnavailable, "error", "not stored, retry later")
-		return
+	// A batch's messages are stored one by one, each keyed on its own id:
+	// when one fails the request gets 503, and the sender's retry (batched
+	// the same way or not) finds the stored ones as duplicates.
+	duplicates := 0
+	for _, msg := range msgs {
+		res, err := h.cfg.Receive(r.Context(), msg)
+		if err != nil {
+			h.cfg.Logger.Warn("webhook message not stored; the sender will retry", "message_id", msg.ID, "error", err.Error())
+			writeStatus(w, http.StatusServiceUnavailable, "error", "not stored, retry later")
+			return
+		}
+		if res.Duplicate {
+			duplicates++
+		}
 	}
-	if res.Duplicate {
+	if duplicates == len(msgs) {
 		writeStatus(w, http.StatusOK, "duplicate", "")
 		return
 	}
 	writeStatus(w, http.StatusOK, "stored", "")
+}
+
+// messages reads the request's messages: the events of a CloudEvents batch
+// or a structured-mode event, each keyed on its own id and source, else the
+// one message of a binary-mode request.
+func (h *WebhookHandler) messages(hdr http.Header, body []byte) ([]Message, error) {
+	mt, _, _ := mime.ParseMediaType(hdr.Get("Content-Type"))
+	switch mt {
+	case "application/cloudevents-batch+json":
+		msgs, err := StructuredBatch(body, h.cfg.Source)
+		if err == nil && len(msgs) == 0 {
+			err = errors.New("the CloudEvents batch is empty")
+		}
+		return msgs, err
+	case "application/cloudevents+json":
+		msg, err := StructuredMessage(body, h.cfg.Source)
+		return []Message{msg}, err
+	}
+	msg, err := h.message(hdr, body)
+	return []Message{msg}, err
 }
 
 // verify checks the Standard Webhooks signature and timestamp.

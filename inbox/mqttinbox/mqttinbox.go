@@ -27,10 +27,8 @@
 package mqttinbox
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,32 +141,7 @@ func receive(ctx context.Context, msg mqtt.Message, cfg Config, log *slog.Logger
 // Message reads an inbox message from a CloudEvents JSON event as
 // mqttsink publishes it. source is used when it has no source member.
 func Message(payload []byte, source string) (inbox.Message, error) {
-	var members map[string]json.RawMessage
-	d := json.NewDecoder(bytes.NewReader(payload))
-	if err := d.Decode(&members); err != nil {
-		return inbox.Message{}, &inbox.MessageError{Field: "Payload", Err: errors.New("is not a CloudEvents JSON event")}
-	}
-	m := inbox.Message{Headers: make(map[string]string, len(members))}
-	for k, raw := range members {
-		switch k {
-		case "data":
-			m.Payload = raw
-		case "data_base64":
-			return inbox.Message{}, &inbox.MessageError{Field: "Payload", Err: errors.New("is not JSON (data_base64): the inbox stores JSON payloads")}
-		default:
-			var s string
-			if json.Unmarshal(raw, &s) == nil {
-				m.Headers[k] = s
-			}
-		}
-	}
-	m.ID = m.Headers["id"]
-	m.Source = cmp.Or(m.Headers["source"], source)
-	m.EventType = m.Headers["type"]
-	if t, err := time.Parse(time.RFC3339Nano, m.Headers["time"]); err == nil {
-		m.Time = t
-	}
-	return m, inbox.CheckMessage(m)
+	return inbox.StructuredMessage(payload, source)
 }
 
 // Open connects a consumer client with an mqtt:// (tcp://, mqtts://, ssl://)

@@ -3,7 +3,9 @@ package webhooksink_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -86,4 +88,51 @@ func TestInboxWebhookHandlerRefusesAnotherSecret(t *testing.T) {
 	require.ErrorAs(t, errs[0], &se)
 	require.Equal(t, 401, se.StatusCode)
 	require.True(t, outbox.IsPermanent(errs[0]))
+}
+
+// The batched mode's requests (CloudEvents batches) reach the inbox as one
+// message per event, keyed on each event's own id: a redelivery batched
+// differently stores nothing twice, and each event keeps its attributes.
+func TestInboxWebhookHandlerUnpacksBatches(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	var (
+		mu   sync.Mutex
+		got  = map[string]inbox.Message{}
+		dups int
+	)
+	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Secret: secret,
+		Receive: func(_ context.Context, m inbox.Message) (inbox.Result, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, ok := got[m.Source+" "+m.ID]; ok {
+				dups++
+				return inbox.Result{Duplicate: true}, nil
+			}
+			got[m.Source+" "+m.ID] = m
+			return inbox.Result{}, nil
+		}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	events := make([]outbox.Event, 12)
+	for i := range events {
+		events[i] = outbox.Event{ID: int64(100 + i), EventType: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i),
+			Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, i)), CreatedAt: time.Now()}
+	}
+	for _, batch := range []int{5, 7} {
+		sink, err := webhooksink.New(webhooksink.Config{URL: srv.URL, Secret: secret, Source: "/shop/eu", Batch: batch})
+		require.NoError(t, err)
+		require.Nil(t, sink.Publish(context.Background(), events))
+		require.NoError(t, sink.Close())
+	}
+	require.Len(t, got, len(events), "one message per event")
+	require.Equal(t, len(events), dups, "the redelivery batched differently stored nothing")
+	for i, e := range events {
+		m, ok := got["/shop/eu "+strconv.FormatInt(e.ID, 10)]
+		require.True(t, ok, "event %d", e.ID)
+		require.Equal(t, "order.created", m.EventType)
+		require.JSONEq(t, fmt.Sprintf(`{"n": %d}`, i), string(m.Payload))
+		require.Equal(t, fmt.Sprintf("o-%d", i), m.Headers["subject"])
+	}
 }
