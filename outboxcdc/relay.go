@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,7 +202,13 @@ func (r *Relay) stream(ctx context.Context) error {
 	wg.Go(func() { r.leaseLoop(leaseCtx) })
 
 	rcv := receiver{r: r, conn: conn, chunks: chunks, relations: map[uint32]*relation{}}
+	// A stop interrupts the receiver's read at once (see receiver.run).
+	stopRead := context.AfterFunc(ctx, func() { _ = conn.Conn().SetReadDeadline(time.Now()) })
 	err = rcv.run(ctx)
+	stopRead()
+	// The last status update and the lease release below write on the
+	// connection; reads are over.
+	_ = conn.Conn().SetReadDeadline(time.Time{})
 	close(chunks)
 	stopLease()
 	if ctx.Err() != nil && err == nil {
@@ -224,6 +231,12 @@ func (r *Relay) stream(ctx context.Context) error {
 	stopWork()
 	wg.Wait()
 	return err
+}
+
+// isTimeout reports whether err is a read that hit its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return pgconn.Timeout(err) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // release deletes the holder's lease row after a graceful stop.
@@ -304,14 +317,25 @@ func (c *receiver) run(ctx context.Context) error {
 				}
 			}
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		msg, err := c.conn.ReceiveMessage(rctx)
-		cancel()
+		// The wait is bounded by a read deadline on the socket, not a
+		// context: pgconn watches a cancelable context with a goroutine of
+		// its own per call, which at one call per decoded row cost the
+		// relay more CPU than the decoding (a burst of 300k rows). A
+		// timeout leaves the connection usable (a partly read message
+		// resumes on the next call); stop's AfterFunc in stream moves the
+		// deadline to now.
+		if err := c.conn.Conn().SetReadDeadline(deadline); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		msg, err := c.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if pgconn.Timeout(err) {
+			if isTimeout(err) {
 				continue
 			}
 			return err

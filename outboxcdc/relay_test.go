@@ -38,6 +38,7 @@ func TestCapture(t *testing.T) {
 		"StandbyTakesOver":                         testStandbyTakesOver,
 		"ReportsSlotLag":                           testReportsSlotLag,
 		"BacklogAndLostSlotGoThroughTablePath":     testBacklogAndLostSlot,
+		"SafetyNetDeliversARowTheStreamMissed":     testSafetyNet,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -367,5 +368,54 @@ func testBacklogAndLostSlot(t *testing.T, url string) {
 		if got[typ] != 1 {
 			t.Fatalf("%s delivered %d times, want once (all: %v)", typ, got[typ], got)
 		}
+	}
+}
+
+// testSafetyNet loses the mark of a streamed event (its row back to
+// pending, unchanged, after the slot confirmed past it): the stream never
+// delivers it again, and the table path's safety net (captureMissed) must
+// claim and deliver it once the slot's catalog_xmin passes its
+// transaction. Checkpoints write the running-transactions records that
+// move catalog_xmin; fillers keep the stream confirming.
+func testSafetyNet(t *testing.T, url string) {
+	b := setup(t, url)
+	rec := outboxtest.NewRecorder()
+	b.start(t, rec, nil)
+	ctx := context.Background()
+	b.insert(t, "lost")
+	testutil.WaitFor(t, 20*time.Second, "the event streamed and marked", func() bool {
+		return b.count(t, `status = 'processed'`) == 1
+	})
+	if _, err := b.pool.Exec(ctx, `UPDATE `+b.table+` SET status = 'pending', processed_at = NULL, locked_by = NULL,
+    updated_at = created_at WHERE event_type = 'lost'`); err != nil {
+		t.Fatal(err)
+	}
+	delivered := func() int {
+		n := 0
+		for _, e := range rec.Events() {
+			if e.EventType == "lost" {
+				n++
+			}
+		}
+		return n
+	}
+	testutil.WaitFor(t, 60*time.Second, "the lost mark's event delivered again by the table path", func() bool {
+		if _, err := b.pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			t.Fatal(err)
+		}
+		b.insert(t, "filler")
+		return delivered() == 2 && b.count(t, `event_type = 'lost' AND status = 'processed'`) == 1
+	})
+	// The net takes only what the stream will not deliver: no filler
+	// (streamed while the net was watching) went out twice.
+	testutil.WaitFor(t, 20*time.Second, "fillers settled", func() bool {
+		return b.count(t, `event_type = 'filler' AND status <> 'processed'`) == 0
+	})
+	seen := map[int64]bool{}
+	for _, e := range rec.Events() {
+		if e.EventType == "filler" && seen[e.ID] {
+			t.Fatalf("filler %d delivered twice: the safety net took a row the stream delivers", e.ID)
+		}
+		seen[e.ID] = true
 	}
 }

@@ -31,6 +31,27 @@ func captureStreamed(captureTable, a, slot string) string {
     AND coalesce(NOT pg_visible_in_snapshot(` + a + `txid, (SELECT c.snapshot FROM ` + captureTable + ` c WHERE c.slot_name = ` + slot + `::text)), false)`
 }
 
+// captureMissed is the SQL condition, on a pending row of outbox_events
+// (alias a, with its dot, or empty), that the slot named by the SQL
+// expression slot has moved past the row's transaction for good: the
+// transaction (the txid column, as a 32-bit xid; age() handles the
+// wraparound) is older than the slot's catalog_xmin. A transaction older
+// than catalog_xmin ended before the slot's restart position, which is
+// never past its confirmed position, and a capture relay confirms a
+// position only after it settled every event before it. So a row of such
+// a transaction that is still the stream's (captureStreamed) was skipped
+// or its mark was lost (a mark committed without a flush before a crash
+// of the server): the stream will never deliver it again, and the table
+// path claims it (the safety net; at worst a duplicate, which
+// at-least-once delivery allows). catalog_xmin advances with the
+// server's running-transactions records (at every checkpoint and every
+// 15 s of activity), so the net catches such a row within seconds to
+// minutes, never while the stream may still deliver it. Without the slot
+// the subquery is NULL and the condition is false.
+func captureMissed(a, slot string) string {
+	return `coalesce(age((` + a + `txid::text::bigint % 4294967296)::text::xid) > (SELECT age(s.catalog_xmin) FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = ` + slot + `::text), false)`
+}
+
 // CaptureSlot is a capture relay's replication slot and publication, as
 // recorded in outbox_capture.
 type CaptureSlot struct {

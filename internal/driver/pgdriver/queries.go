@@ -76,9 +76,10 @@ RETURNING ` + claimColumns
 	const typeFilter = "\n      AND event_type LIKE ANY($4::text[])"
 	q.claimFiltered = claim(typeFilter)
 	// The table path of a capture relay (driver.ClaimParams.CaptureSlot)
-	// takes what the stream leaves to it: the negation of captureStreamed.
+	// takes what the stream leaves to it: the negation of captureStreamed,
+	// and, as a safety net, the stream's rows it missed (captureMissed).
 	capture := strings.TrimSuffix(t, `outbox_events"`) + `outbox_capture"`
-	q.claimCapture = claim("\n      AND NOT (" + captureStreamed(capture, "", "$4") + ")")
+	q.claimCapture = claim("\n      AND (NOT (" + captureStreamed(capture, "", "$4") + ") OR " + captureMissed("", "$4") + ")")
 
 	// With a byte budget (RelayConfig.MaxBatchBytes) the claim takes the
 	// locked rows in claim order while their running total of stored bytes
