@@ -147,25 +147,9 @@ func (a *app) startObservers(ctx context.Context, o *observability, db outbox.Da
 		}
 		cfg.Hooks = append(cfg.Hooks, obs.metrics)
 	}
-	if o.alertWebhook != "" {
-		alerter, err := outboxalert.New(outboxalert.Config{URL: o.alertWebhook, Schema: cfg.Schema, RelayID: cfg.RelayID, Logger: a.logger})
-		if err != nil {
-			obs.stop()
-			return nil, usagef("invalid --alert-webhook: %v", err)
-		}
-		obs.alerter = alerter
-		cfg.Hooks = append(cfg.Hooks, alerter)
-	}
-	if o.otel {
-		tp, err := a.tracerProvider(ctx)
-		if err != nil {
-			obs.stop()
-			return nil, err
-		}
-		obs.tracer = tp
-		tc := o.target.config()
-		tc.TracerProvider = tp
-		cfg.Hooks = append(cfg.Hooks, outboxotel.New(tc))
+	if err := a.startAlertsAndTracing(ctx, o, obs, cfg); err != nil {
+		obs.stop()
+		return nil, err
 	}
 	return obs, nil
 }
@@ -328,25 +312,9 @@ func (a *app) startTenantObservers(ctx context.Context, o *observability, cfg *o
 		}()
 		a.logger.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics", "tenant_metrics", string(m))
 	}
-	if o.alertWebhook != "" {
-		alerter, err := outboxalert.New(outboxalert.Config{URL: o.alertWebhook, Schema: cfg.Schema, RelayID: cfg.RelayID, Logger: a.logger})
-		if err != nil {
-			obs.stop()
-			return nil, usagef("invalid --alert-webhook: %v", err)
-		}
-		obs.alerter = alerter
-		cfg.Hooks = append(cfg.Hooks, alerter)
-	}
-	if o.otel {
-		tp, err := a.tracerProvider(ctx)
-		if err != nil {
-			obs.stop()
-			return nil, err
-		}
-		obs.tracer = tp
-		tc := o.target.config()
-		tc.TracerProvider = tp
-		cfg.Hooks = append(cfg.Hooks, outboxotel.New(tc))
+	if err := a.startAlertsAndTracing(ctx, o, obs.observers, cfg); err != nil {
+		obs.stop()
+		return nil, err
 	}
 	return obs, nil
 }
@@ -377,4 +345,28 @@ func (obs *tenantObservers) stop() {
 		tm.SetRelayUp(false)
 	}
 	obs.observers.stop()
+}
+
+// startAlertsAndTracing adds the --alert-webhook alerter and the --otel
+// tracer to obs and to cfg's hooks, for one relay and for tenants alike.
+func (a *app) startAlertsAndTracing(ctx context.Context, o *observability, obs *observers, cfg *outbox.RelayConfig) error {
+	if o.alertWebhook != "" {
+		alerter, err := outboxalert.New(outboxalert.Config{URL: o.alertWebhook, Schema: cfg.Schema, RelayID: cfg.RelayID, Logger: a.logger})
+		if err != nil {
+			return usagef("invalid --alert-webhook: %v", err)
+		}
+		obs.alerter = alerter
+		cfg.Hooks = append(cfg.Hooks, alerter)
+	}
+	if o.otel {
+		tp, err := a.tracerProvider(ctx)
+		if err != nil {
+			return err
+		}
+		obs.tracer = tp
+		tc := o.target.config()
+		tc.TracerProvider = tp
+		cfg.Hooks = append(cfg.Hooks, outboxotel.New(tc))
+	}
+	return nil
 }
