@@ -222,7 +222,9 @@ func (r *Relay) stream(ctx context.Context) error {
 			stopWork()
 			<-done
 		}
-		rcv.sendStatus(context.WithoutCancel(ctx), false)
+		if err := rcv.sendStatus(context.WithoutCancel(ctx), false); err != nil {
+			r.log.Warn("could not report the confirmed position at stop; the next relay starts from the one reported before", slog.String("error", err.Error()))
+		}
 		r.release(context.WithoutCancel(ctx))
 		r.log.Info("capture stream stopped", slog.String("slot", r.slot.Name),
 			slog.String("confirmed_lsn", pglogrepl.LSN(r.confirmed.Load()).String()))
@@ -328,12 +330,12 @@ func (c *receiver) run(ctx context.Context) error {
 			return err
 		}
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // a stop ends the stream: not a failure
 		}
 		msg, err := c.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // a stop cuts the read short: not a failure
 			}
 			if isTimeout(err) {
 				continue

@@ -3,9 +3,11 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,7 +178,7 @@ func (db captureDB) holder(t *testing.T) string {
 	var h string
 	err := db.pool.QueryRow(context.Background(), `SELECT holder FROM `+pgx.Identifier{db.schema, "outbox_leases"}.Sanitize()+
 		` WHERE name LIKE 'capture:%' AND expires_at > now()`).Scan(&h)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ""
 	}
 	require.NoError(t, err)
@@ -245,7 +247,7 @@ func testCaptureSIGKILL(t *testing.T, c *pgcluster.Cluster) {
 	})
 	require.Equal(t, "b", db.holder(t))
 	acked := srv.ackedIDs()
-	ids := append(first, second...)
+	ids := slices.Concat(first, second)
 	dups := 0
 	for _, id := range ids {
 		require.GreaterOrEqual(t, acked[id], 1, "event %d was never delivered", id)

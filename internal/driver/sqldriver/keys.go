@@ -59,26 +59,26 @@ func (d *Driver) PruneKeysBatch(ctx context.Context, after driver.KeyCursor, lim
 		// The OR form (not a row comparison) is what MariaDB's range
 		// optimizer reads as a range of the primary key; SKIP LOCKED passes
 		// over the rows of writers in flight, which keep their key anyway.
-		rows, err := tx.QueryContext(ctx, `SELECT aggregate_type, aggregate_id FROM `+keys+`
+		locked, err := func() ([]driver.KeyCursor, error) {
+			rows, err := tx.QueryContext(ctx, `SELECT aggregate_type, aggregate_id FROM `+keys+`
 WHERE aggregate_type > ? OR (aggregate_type = ? AND aggregate_id > ?)
 ORDER BY aggregate_type, aggregate_id
 LIMIT ?`+d.d.ForUpdateSkipLocked(), after.AggregateType, after.AggregateType, after.AggregateID, limit)
-		if err != nil {
-			return err
-		}
-		var locked []driver.KeyCursor
-		for rows.Next() {
-			var k driver.KeyCursor
-			if err := rows.Scan(&k.AggregateType, &k.AggregateID); err != nil {
-				rows.Close()
-				return err
+			if err != nil {
+				return nil, err
 			}
-			locked = append(locked, k)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
+			defer func() { _ = rows.Close() }()
+			var locked []driver.KeyCursor
+			for rows.Next() {
+				var k driver.KeyCursor
+				if err := rows.Scan(&k.AggregateType, &k.AggregateID); err != nil {
+					return nil, err
+				}
+				locked = append(locked, k)
+			}
+			return locked, rows.Err()
+		}()
+		if err != nil {
 			return err
 		}
 		if len(locked) == 0 {
@@ -132,7 +132,7 @@ WHERE `+strings.Join(conds, " OR "), args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	live := make(map[driver.KeyCursor]bool, len(keys))
 	for rows.Next() {
 		var k driver.KeyCursor

@@ -53,7 +53,7 @@ func TestCaptureScenarios(t *testing.T) {
 	require.Zero(t, steady.Duplicates)
 	latency := byKind["latency/logical"]
 	require.NotNil(t, latency.LatencyStats)
-	require.Positive(t, latency.LatencyStats.Count)
+	require.Positive(t, latency.Count)
 	require.Contains(t, byKind, "latency/poll")
 
 	pool, err := pgxpool.New(ctx, c.URL())
