@@ -196,6 +196,13 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 				d.LimitEventsPerS, d.DiscardDrainEventsPerS, d.SinkEventsPerS = limit, discardRate, sinkRate
 				d.RatioToLimit = ratio(d.EventsPerS, limit)
 			}
+			if r.cfg.PlainLoopURL != "" {
+				pl, err := r.PlainLoop(ctx, mode)
+				if err != nil {
+					return res, err
+				}
+				d.PlainLoopEventsPerS, d.RatioToPlainLoop = pl.EventsPerS, ratio(d.EventsPerS, pl.EventsPerS)
+			}
 			res.Scenarios = append(res.Scenarios, d)
 			for _, keys := range r.cfg.OrderedKeys {
 				o, err := r.drain(ctx, mode, keys, nil, "")
