@@ -158,6 +158,9 @@ const (
 	DurationDefault     = 20 * time.Second
 	RateDefault         = 1000
 	PollIntervalDefault = 10 * time.Millisecond
+	// PlainLoopConcurrencyDefault is the plain loop's requests in flight:
+	// the webhook sink's default Concurrency.
+	PlainLoopConcurrencyDefault = 16
 	// SchemaPrefixDefault starts every scratch schema's, file's or
 	// database's name.
 	SchemaPrefixDefault = "outbox_bench_"
@@ -227,6 +230,17 @@ type Config struct {
 	// SinkName describes Sink in reports. Defaults to "discard:" when Sink
 	// is nil, else to the sink's type.
 	SinkName string
+	// PlainLoopURL, when set (an http or https URL: the webhook --sink's),
+	// makes each unordered drain run the plain loop beside it: the
+	// reference loop's claim and mark, with each event POSTed on its own
+	// to this URL by a keep-alive client holding PlainLoopConcurrency
+	// requests in flight across the loops. The drain then reports
+	// PlainLoopEventsPerS and RatioToPlainLoop.
+	PlainLoopURL string
+	// PlainLoopConcurrency is the plain loop's requests in flight; set it
+	// to the webhook sink's Concurrency. Defaults to
+	// PlainLoopConcurrencyDefault.
+	PlainLoopConcurrency int
 	// SchemaPrefix starts each scratch schema's (PostgreSQL), file's
 	// (SQLite) or database's (MySQL/MariaDB) name. Defaults to
 	// SchemaPrefixDefault.
@@ -251,6 +265,7 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.SchemaPrefix = cmp.Or(c.SchemaPrefix, SchemaPrefixDefault)
 	c.Capture = cmp.Or(c.Capture, CapturePoll)
+	c.PlainLoopConcurrency = cmp.Or(c.PlainLoopConcurrency, PlainLoopConcurrencyDefault)
 	if len(c.Retentions) == 0 {
 		c.Retentions = []outbox.Retention{outbox.RetainProcessed}
 	}
@@ -289,6 +304,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Capture != CapturePoll && c.Capture != CaptureLogical && c.Capture != CaptureAll:
 		return bad("Capture", "is %q: use %s, %s or %s", c.Capture, CapturePoll, CaptureLogical, CaptureAll)
+	case c.PlainLoopConcurrency < 1:
+		return bad("PlainLoopConcurrency", "is %d: use at least 1", c.PlainLoopConcurrency)
+	case c.PlainLoopURL != "" && !validPlainLoopURL(c.PlainLoopURL):
+		return bad("PlainLoopURL", "is not an http or https URL: use the webhook sink's URL")
 	case c.Events < 1 || c.Events > EventsMax:
 		return bad("Events", "is %d: use 1 to %d", c.Events, EventsMax)
 	case c.BatchSize < 1 || c.BatchSize > outbox.BatchSizeMax:

@@ -20,9 +20,15 @@ import (
 // a table made by the same migration, with the same batch size, poll
 // interval, sink and pool settings as the relay.
 func (r *Runner) Reference(ctx context.Context, retention outbox.Retention) (Report, error) {
+	return r.reference(ctx, retention, r.cfg.Sink, "reference")
+}
+
+// reference is Reference publishing to sink; label names the loop in
+// progress lines and errors.
+func (r *Runner) reference(ctx context.Context, retention outbox.Retention, sink outbox.Sink, label string) (Report, error) {
 	rep := Report{Scenario: ScenarioReference, Retention: string(retention)}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
-		r.progress("reference (%s): pre-filling %d events", retention, r.cfg.Events)
+		r.progress("%s (%s): pre-filling %d events", label, retention, r.cfg.Events)
 		if err := s.prefill(ctx, r.cfg.Events, r.payload, 0); err != nil {
 			return err
 		}
@@ -38,9 +44,9 @@ func (r *Runner) Reference(ctx context.Context, retention outbox.Retention) (Rep
 		if err != nil {
 			return err
 		}
-		rec := newRecorder(r.cfg.Sink, r.cfg.Events)
+		rec := newRecorder(sink, r.cfg.Events)
 		loop := newReferenceLoop(db, r.cfg, rec)
-		r.progress("reference (%s): relaying %d events", retention, r.cfg.Events)
+		r.progress("%s (%s): relaying %d events", label, retention, r.cfg.Events)
 		rss := startRSS()
 		start := time.Now()
 		runErr := loop.run(ctx)
@@ -50,12 +56,12 @@ func (r *Runner) Reference(ctx context.Context, retention outbox.Retention) (Rep
 			runErr = sinkErr
 		}
 		if runErr != nil {
-			return fmt.Errorf("reference (%s): %w", retention, runErr)
+			return fmt.Errorf("%s (%s): %w", label, retention, runErr)
 		}
 		p.close(ctx)
 
 		if err := r.verifyDrained(ctx, s, retention); err != nil {
-			return fmt.Errorf("reference (%s): %w", retention, err)
+			return fmt.Errorf("%s (%s): %w", label, retention, err)
 		}
 		if rep.Table.After, err = s.tableSize(ctx); err != nil {
 			return err

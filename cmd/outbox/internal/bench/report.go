@@ -122,6 +122,15 @@ type DrainStats struct {
 	SinkEventsPerS         float64 `json:"sink_events_per_s,omitempty"`
 	// RatioToLimit is EventsPerS / LimitEventsPerS.
 	RatioToLimit float64 `json:"ratio_to_limit,omitempty"`
+	// PlainLoopEventsPerS, for an unordered drain run with
+	// Config.PlainLoopURL (a webhook --sink), is the plain loop's rate in
+	// the same run and retention mode: the reference loop's claim (SKIP
+	// LOCKED, a lease) and mark, each event POSTed on its own to the same
+	// URL with the same requests in flight and a keep-alive client.
+	// RatioToPlainLoop is EventsPerS / PlainLoopEventsPerS. Absent
+	// otherwise.
+	PlainLoopEventsPerS float64 `json:"plain_loop_events_per_s,omitempty"`
+	RatioToPlainLoop    float64 `json:"ratio_to_plain_loop,omitempty"`
 }
 
 // SteadyStats is what the relay costs writers running flat out.

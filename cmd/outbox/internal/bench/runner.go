@@ -111,7 +111,9 @@ func (r *Runner) Config() Config { return r.cfg }
 // When drain and sink run together with a sink other than Discard, each
 // unordered drain also runs as a discard drain just before it (a report
 // with Sink "discard:"), and the drain's report carries LimitEventsPerS and
-// RatioToLimit; then receive, then tenants. reference-minimal, receive
+// RatioToLimit. With Config.PlainLoopURL, each unordered drain is followed
+// by the plain loop (PlainLoop), and its report carries PlainLoopEventsPerS
+// and RatioToPlainLoop. Then receive, then tenants. reference-minimal, receive
 // and tenants are PostgreSQL's: elsewhere Run leaves them out with a note.
 // On error it returns the reports finished so far.
 func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) {
@@ -195,6 +197,13 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 				limit := min(discardRate, sinkRate)
 				d.LimitEventsPerS, d.DiscardDrainEventsPerS, d.SinkEventsPerS = limit, discardRate, sinkRate
 				d.RatioToLimit = ratio(d.EventsPerS, limit)
+			}
+			if r.cfg.PlainLoopURL != "" {
+				pl, err := r.PlainLoop(ctx, mode)
+				if err != nil {
+					return res, err
+				}
+				d.PlainLoopEventsPerS, d.RatioToPlainLoop = pl.EventsPerS, ratio(d.EventsPerS, pl.EventsPerS)
 			}
 			res.Scenarios = append(res.Scenarios, d)
 			for _, keys := range r.cfg.OrderedKeys {

@@ -167,6 +167,11 @@ scenarios that finished and exits 130.`,
 					}
 				}()
 				cfg.Sink, cfg.SinkName = sink, describeSink(sinkURL, a.redact)
+				if u, err := url.Parse(sinkURL); err == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https")) {
+					// A webhook: each unordered drain runs the plain
+					// claim/POST/mark loop beside it, at the same concurrency.
+					cfg.PlainLoopURL, cfg.PlainLoopConcurrency = sinkURL, so.concurrency
+				}
 			}
 			level := "warn" // the relay's start and stop lines would drown the report
 			if cmd.Flags().Changed("log-level") {
@@ -359,6 +364,9 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 				if r.LimitEventsPerS > 0 {
 					t.row("  drain/limit\t%.2f× (limit %s events/s: the slower of the discard: drain %s and sink %s)\n", r.RatioToLimit,
 						thousands(r.LimitEventsPerS), thousands(r.DiscardDrainEventsPerS), thousands(r.SinkEventsPerS))
+				}
+				if r.PlainLoopEventsPerS > 0 {
+					t.row("  drain/plain loop\t%.2f× (claim/POST/mark loop %s events/s)\n", r.RatioToPlainLoop, thousands(r.PlainLoopEventsPerS))
 				}
 			}
 		}
