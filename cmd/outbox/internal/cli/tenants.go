@@ -38,6 +38,14 @@ func (t *tenantFlags) addFlags(f *pflag.FlagSet, what string) {
 
 func (t *tenantFlags) on() bool { return t.schemas != "" || t.query != "" }
 
+// flagName is the command-line name of the tenant flag in use.
+func (t *tenantFlags) flagName() string {
+	if t.query != "" {
+		return "--tenant-query"
+	}
+	return "--tenant-schemas"
+}
+
 // flag names the tenant flag in use, as the operator set it.
 func (t *tenantFlags) flag(m *merger) string {
 	if t.query != "" {
