@@ -352,6 +352,18 @@ type tenantsStatsJSON struct {
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
 }
 
+// checkTenantCommand refuses tenant flags that a command other than the
+// relay cannot use: both discoveries at once, or with --schema.
+func (a *app) checkTenantCommand(t *tenantFlags) error {
+	if t.schemas != "" && t.query != "" {
+		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	return nil
+}
+
 // eachTenant runs fn with a Manager for every tenant schema holding an
 // outbox, in name order, printing a line for each tenant fn fails on and
 // going on; it returns how many tenants there were and how many failed.
