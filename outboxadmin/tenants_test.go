@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/outboxadmin"
 )
@@ -100,6 +101,23 @@ func TestTenantsAPI(t *testing.T) {
 	require.Len(t, ts.Tenants, 2)
 	b.getJSON(t, "/api/stats?"+q(third), &st)
 	require.Equal(t, http.StatusNotFound, b.get(t, "/api/stats?"+q(other)).code)
+
+	// A schema named like an injection is served as a quoted identifier.
+	evil := testutil.SchemaName(t) + `"; drop table y; --`
+	_, err := pgdriver.Migrate(b.ctx, b.pool, evil)
+	require.NoError(t, err)
+	t.Cleanup(func() { testutil.DropSchema(t, b.pool, evil) })
+	eb := &bundle{ctx: b.ctx, pool: b.pool, schema: evil}
+	eb.write(t, outbox.Message{EventType: "evil.one"})
+	mu.Lock()
+	schemas = []string{evil}
+	mu.Unlock()
+	b.getJSON(t, "/api/tenants", &ts)
+	require.Equal(t, evil, ts.Tenants[0].Schema)
+	require.Equal(t, int64(1), ts.Tenants[0].Pending)
+	b.getJSON(t, "/api/events?"+q(evil), &evs)
+	require.Len(t, evs.Events, 1)
+	require.Equal(t, "evil.one", evs.Events[0].EventType)
 }
 
 // Tenants needs TenantManager.
