@@ -89,7 +89,7 @@ schema the other views work on. Tenants are discovered again as the
 dashboard refreshes.`,
 		Example: "  outbox admin\n  OUTBOX_ADMIN_TOKEN=$(openssl rand -hex 32) outbox admin --addr :8080\n" +
 			"  outbox admin --tenant-schemas 's_*'",
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			cfg.AuthToken = envDefault(cfg.AuthToken, EnvAdminToken)
 			user, pass = envDefault(user, EnvAdminUser), envDefault(pass, EnvAdminPassword)

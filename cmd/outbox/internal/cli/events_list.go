@@ -16,8 +16,8 @@ const lastErrorWidth = 60
 
 func (a *app) eventsListCommand() *cobra.Command {
 	var (
-		status string
-		p      outbox.ListParams
+		status  string
+		p       outbox.ListParams
 		asJSON  bool
 		tenants tenantFlags
 	)

@@ -40,7 +40,7 @@ total; it goes on past a tenant that fails and exits 1 if any did.
 DURATION is a Go duration (36h, 90m) or a number of days (7d, 1.5d).`,
 		Example: "  outbox purge --older-than 7d\n  outbox purge --older-than 30d --status failed\n" +
 			"  outbox purge --older-than 7d --tenant-schemas 's_*'",
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			if olderThan == "" {
 				return usagef("missing --older-than: say how old the events to delete must be, such as 7d")
