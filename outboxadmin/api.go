@@ -38,6 +38,7 @@ func (h *Handler) routes() {
 	get("/api/blocked-aggregates", h.blockedAggregates)
 	get("/api/health", h.health)
 	get("/api/consumers", h.consumers)
+	get("/api/tenants", h.tenantCounts)
 	post("/api/events/retry", h.retry)
 	post("/api/events/replay", h.replay)
 	post("/api/events/replay-to-sink", h.replayToSink)
@@ -93,13 +94,16 @@ type InfoJSON struct {
 	// ReplaySink names the sink delivered events may be replayed to
 	// (Config.ReplaySink); absent when there is none.
 	ReplaySink string `json:"replay_sink,omitempty"`
+	// Tenants is true when the handler serves tenant schemas
+	// (Config.Tenants): the other endpoints then take ?tenant=SCHEMA.
+	Tenants bool `json:"tenants,omitempty"`
 }
 
 func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, InfoJSON{
 		ReadOnly: h.cfg.ReadOnly, Principal: principalOf(r),
 		SampleIntervalSeconds: h.cfg.SampleInterval.Seconds(), HistorySeconds: h.cfg.History.Seconds(),
-		ReplaySink: h.cfg.ReplaySinkName,
+		ReplaySink: h.cfg.ReplaySinkName, Tenants: h.cfg.Tenants != nil,
 	})
 }
 

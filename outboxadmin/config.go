@@ -35,8 +35,22 @@ type BasicAuth struct {
 
 // Config configures a Handler.
 type Config struct {
-	// Manager runs every query and action. Required.
+	// Manager runs every query and action. Required, unless Tenants is
+	// set.
 	Manager *outbox.Manager
+	// Tenants, when set, makes the handler serve schema-per-tenant
+	// outboxes (docs/tenants.md) instead of Manager's one schema: it
+	// returns the tenant schemas, such as a closure over
+	// outbox.DiscoverTenants, and is called again for GET /api/tenants
+	// (each tenant's counts, sorted by lag) and when a request names a
+	// tenant not seen for a few seconds. Every other API endpoint then
+	// works on the schema its tenant query parameter names, through
+	// TenantManager; the dashboard shows a tenant selector. Consumers is
+	// not used with it.
+	Tenants func(ctx context.Context) ([]string, error)
+	// TenantManager returns the Manager of a tenant schema that Tenants
+	// listed. Required with Tenants.
+	TenantManager func(schema string) *outbox.Manager
 	// Logger receives the audit log (one line per action, with who did
 	// it) and errors. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -119,8 +133,10 @@ func (c Config) Validate() error {
 		return &outbox.ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	switch {
-	case c.Manager == nil:
+	case c.Manager == nil && c.Tenants == nil:
 		return bad("Manager", "is nil: make one with outbox.NewManager")
+	case c.Tenants != nil && c.TenantManager == nil:
+		return bad("TenantManager", "is nil with Tenants set: pass a func making a tenant schema's Manager")
 	case !strings.HasPrefix(c.BasePath, "/") || strings.ContainsAny(c.BasePath, "{}?#* \t"):
 		return bad("BasePath", "is %q: use an absolute path such as /admin/outbox", c.BasePath)
 	case c.SampleInterval < 100*time.Millisecond:

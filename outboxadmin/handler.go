@@ -43,6 +43,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	cop     *http.CrossOriginProtection
 	sampler *sampler
+	tenants *tenants // with Config.Tenants
 
 	tokenSum, userSum, passwordSum [sha256.Size]byte
 
@@ -67,6 +68,9 @@ func New(cfg Config) (*Handler, error) {
 		cop: http.NewCrossOriginProtection(),
 	}
 	h.sampler = newSampler(cfg.Manager, cfg.SampleInterval, cfg.History)
+	if cfg.Tenants != nil {
+		h.tenants = &tenants{children: map[string]*Handler{}}
+	}
 	h.tokenSum = sha256.Sum256([]byte(cfg.AuthToken))
 	if cfg.BasicAuth != nil {
 		h.userSum = sha256.Sum256([]byte(cfg.BasicAuth.User))
@@ -88,6 +92,10 @@ func (h *Handler) Start(ctx context.Context) error {
 	defer h.mu.Unlock()
 	if h.stop != nil {
 		return errors.New("outboxadmin: already started")
+	}
+	if h.tenants != nil {
+		// Each tenant's charts get a point when the dashboard asks.
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.stop, h.stopped = cancel, make(chan struct{})
@@ -128,6 +136,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "no-referrer")
 	if !h.checkHost(w, r) || !h.checkParams(w, r) {
+		return
+	}
+	if h.tenants != nil && h.isTenantAPI(r.URL.Path) {
+		h.requireAuth(http.HandlerFunc(h.serveTenantAPI)).ServeHTTP(w, r)
 		return
 	}
 	h.mux.ServeHTTP(w, r)

@@ -509,3 +509,95 @@ func TestStatsWatchTenants(t *testing.T) {
 	require.Contains(t, p.stdout.String(), "# ")
 	require.Contains(t, p.stdout.String(), acme)
 }
+
+// events list --tenant-schemas lists every tenant's newest --limit
+// events, each row naming its schema; --json carries a schema field;
+// --before-id pages one tenant only.
+func TestEventsListTenantSchemas(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	for s, n := range map[string]int{acme: 3, globex: 2} {
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, payload, status)
+SELECT 'thing.'||g, '{}', CASE WHEN g = 1 THEN 'failed' ELSE 'pending' END FROM generate_series(1, $1) g`, n)
+		require.NoError(t, err)
+	}
+	db := []string{"--database-url", testutil.DatabaseURL(), "events", "list", "--tenant-schemas", prefix + "*"}
+
+	res := run(t, nil, append(db, "--limit", "2", "--json")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	var docs []struct {
+		Schema    string `json:"schema"`
+		ID        int64  `json:"id"`
+		EventType string `json:"event_type"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &docs), res.stdout)
+	type row struct {
+		schema string
+		id     int64
+		typ    string
+	}
+	var got []row
+	for _, d := range docs {
+		got = append(got, row{d.Schema, d.ID, d.EventType})
+	}
+	require.Equal(t, []row{{acme, 3, "thing.3"}, {acme, 2, "thing.2"}, {globex, 2, "thing.2"}, {globex, 1, "thing.1"}}, got)
+
+	res = run(t, nil, append(db, "--status", "failed")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	require.Len(t, lines, 3, res.stdout)
+	require.Regexp(t, `^SCHEMA\s+ID\s+STATUS`, lines[0])
+	require.Regexp(t, `^`+acme+`\s+1\s+failed\s+thing\.1`, lines[1])
+	require.Regexp(t, `^`+globex+`\s+1\s+failed\s+thing\.1`, lines[2])
+
+	res = run(t, nil, append(db, "--status", "processed", "--json")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, "[]\n", res.stdout)
+
+	requireFail(t, run(t, nil, append(db, "--before-id", "2")...), 2, "--before-id pages one tenant")
+	requireFail(t, run(t, nil, append(db, "--tenant-query", "SELECT 1")...), 2, "discover tenants one way")
+	requireFail(t, run(t, nil, append(db[:len(db)-1], prefix+"nomatch*")...), 1, "no tenant schema with an outbox matches")
+}
+
+// purge --tenant-schemas purges every tenant, one line per tenant and a
+// total, and leaves newer and unfinished events alone.
+func TestPurgeTenantSchemas(t *testing.T) {
+	t.Parallel()
+	prefix := tenantPrefix(t)
+	pool := testutil.Pool(t)
+	ctx := context.Background()
+	acme, globex := prefix+"acme", prefix+"globex"
+	for s, n := range map[string]int{acme: 3, globex: 2} {
+		_, err := pgdriver.Migrate(ctx, pool, s)
+		require.NoError(t, err)
+		// n old processed events, one new processed and one old pending.
+		_, err = pool.Exec(ctx, `INSERT INTO `+testutil.Table(s)+` (event_type, payload, status, processed_at)
+SELECT 'old', '{}'::jsonb, 'processed', now() - interval '8 days' FROM generate_series(1, $1)
+UNION ALL SELECT 'new', '{}', 'processed', now()
+UNION ALL SELECT 'pending', '{}', 'pending', NULL`, n)
+		require.NoError(t, err)
+	}
+	count := func(s string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+testutil.Table(s)).Scan(&n))
+		return n
+	}
+	db := []string{"--database-url", testutil.DatabaseURL(), "purge", "--older-than", "7d", "--tenant-schemas", prefix + "*"}
+	res := run(t, nil, db...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, fmt.Sprintf("%q: purged 3 processed events older than 7d\n%q: purged 2 processed events older than 7d\npurged 5 processed events older than 7d in 2 tenant schemas\n", acme, globex), res.stdout)
+	require.Equal(t, 2, count(acme))
+	require.Equal(t, 2, count(globex))
+
+	res = run(t, nil, db...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "purged 0 processed events older than 7d in 2 tenant schemas\n")
+
+	requireFail(t, run(t, nil, append(db, "--schema", "x")...), 2, "each tenant's schema is its own")
+	requireFail(t, run(t, nil, append(db[:len(db)-1], prefix+"nomatch*")...), 1, "no tenant schema with an outbox matches")
+}

@@ -5,8 +5,10 @@
   'use strict';
 
   const TOKEN_KEY = 'outbox-admin-token';
+  const TENANT_KEY = 'outbox-admin-tenant';
   const HOUR = 3600 * 1000;
-  const state = { gen: 0, timers: [], info: null, token: sessionStorage.getItem(TOKEN_KEY) || '' };
+  const state = { gen: 0, timers: [], info: null, token: sessionStorage.getItem(TOKEN_KEY) || '',
+    tenant: sessionStorage.getItem(TENANT_KEY) || '' };
   const $ = (sel, root) => (root || document).querySelector(sel);
 
   // h builds an element: h('a', {href: '#/', class: 'x', onclick: fn}, 'text', child…).
@@ -57,6 +59,11 @@
     if (opts.body !== undefined) {
       headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(opts.body);
+    }
+    // Serving tenants, every endpoint but info and tenants works on the
+    // selected tenant's schema.
+    if (state.info && state.info.tenants && !/^(info|tenants)(\?|$)/.test(path)) {
+      path += (path.includes('?') ? '&' : '?') + 'tenant=' + encodeURIComponent(state.tenant);
     }
     const res = await fetch('api/' + path, init);
     let data = null;
@@ -194,7 +201,33 @@
         state.token = ''; sessionStorage.removeItem(TOKEN_KEY); state.info = null; showLogin();
       } }, 'Sign out'));
     }
+    if (state.info.tenants) await loadTenants();
     return state.info;
+  }
+
+  // loadTenants fills the header's tenant selector (GET /api/tenants) and
+  // keeps the selected tenant, or selects the most lagging one.
+  async function loadTenants() {
+    const res = await api('tenants');
+    const names = res.tenants.map((t) => t.schema);
+    if (!names.includes(state.tenant)) setTenant(names.length ? names[0] : '');
+    fillTenantSelect(res.tenants);
+    return res.tenants;
+  }
+  // fillTenantSelect lists the tenants in the header's selector, by name.
+  function fillTenantSelect(tenants) {
+    const names = tenants.map((t) => t.schema);
+    const sel = h('select', { id: 'tenant', 'aria-label': 'Tenant', onchange: (ev) => { setTenant(ev.target.value); route(); } },
+      [...names].sort().map((n) => h('option', { value: n, selected: n === state.tenant }, n)));
+    const box = $('#tenant-box');
+    box.replaceChildren(h('label', {}, 'Tenant ', sel));
+    box.hidden = false;
+  }
+  function setTenant(name) {
+    state.tenant = name;
+    sessionStorage.setItem(TENANT_KEY, name);
+    const sel = $('#tenant');
+    if (sel) sel.value = name;
   }
 
   async function refreshBadge() {
@@ -222,6 +255,11 @@
     try {
       await loadInfo();
       if (gen !== state.gen) return;
+      if (state.info.tenants && !state.tenant) {
+        main.replaceChildren(h('div', { class: 'panel' }, h('h1', {}, 'No tenants'),
+          h('p', {}, 'No tenant schema with an outbox matches the discovery: create and migrate one (outbox migrate --tenant-schemas), then reload.')));
+        return;
+      }
       const m = path.match(/^\/events\/(\d+)$/);
       if (path === '/') await overview(gen, main);
       else if (path === '/failed') await failedPage(gen, main, params);
@@ -248,8 +286,11 @@
     const relaysBox = h('div', { id: 'overview-relays' });
     const tablesBox = h('div', { id: 'overview-tables' });
     const consumersPanel = h('section', { class: 'panel', id: 'overview-consumers', hidden: true });
+    const tenantsBox = h('div', { id: 'overview-tenants' });
+    const tenants = state.info.tenants;
     main.replaceChildren(
-      h('h1', {}, 'Overview'),
+      h('h1', {}, 'Overview', tenants ? ' · ' + state.tenant : ''),
+      tenants ? h('section', { class: 'panel' }, h('h2', {}, 'Tenants, most lagging first'), tenantsBox) : null,
       cards,
       h('div', { class: 'charts' },
         h('section', { class: 'panel' }, h('h2', {}, 'Throughput (events/s)'), charts.throughput),
@@ -284,8 +325,13 @@
       ], fmtInt);
     };
     const refresh = async () => {
-      const [st, rel, health, cons] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health'), api('consumers')]);
+      const [st, rel, health, cons, ten] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health'), api('consumers'),
+        tenants ? api('tenants') : null]);
       if (stale(gen)) return;
+      if (ten) {
+        tenantsBox.replaceChildren(tenantsTable(ten.tenants));
+        fillTenantSelect(ten.tenants);
+      }
       last = st;
       points = points.concat(st.series);
       const cutoff = new Date(st.at).getTime() - HOUR;
@@ -401,6 +447,18 @@
       td('First lease ends', r.first_lease_end ? h('span', { title: fmtTime(r.first_lease_end), class: r.expired ? 'error' : '' },
         r.expired ? 'expired ' + fmtRelative(r.first_lease_end) : fmtRelative(r.first_lease_end)) : '–'),
     ], 'No relay is running: a running relay shows here within a heartbeat of its start.', (r) => ({ relay: r.relay_id, state: !r.heartbeat ? 'leases' : r.stale ? 'stale' : (r.events > 0 ? 'publishing' : 'idle') }));
+  }
+
+  // tenantsTable lists every tenant's counts (GET /api/tenants), the most
+  // lagging first; a tenant's name selects it.
+  function tenantsTable(tenants) {
+    return table(['Tenant', 'Pending', 'Processing', 'Failed', 'Oldest pending'], tenants, (t) => [
+      td('Tenant', h('a', { href: '#/', class: 'mono', onclick: (ev) => { ev.preventDefault(); setTenant(t.schema); route(); } }, t.schema)),
+      td('Pending', fmtInt(t.pending), 'num'),
+      td('Processing', fmtInt(t.processing), 'num'),
+      td('Failed', fmtInt(t.failed), 'num'),
+      td('Oldest pending', fmtDuration(t.oldest_pending_age_seconds), 'num'),
+    ], 'No tenant schema matches.', (t) => ({ tenant: t.schema }));
   }
 
   // consumersTable lists the consumer side's backlog (GET /api/consumers):

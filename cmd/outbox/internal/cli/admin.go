@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxadmin"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
@@ -56,6 +57,7 @@ func (a *app) adminCommand() *cobra.Command {
 		// replaySink is the one sink the dashboard may replay delivered
 		// events to; the browser never names one.
 		replaySink string
+		tenants    tenantFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "admin [--addr 127.0.0.1:8080]",
@@ -78,9 +80,16 @@ With --replay-sink URL the event browser offers "Replay to sink…": the
 delivered events a search selects are published to that sink (as
 outbox events replay --sink does), after a confirmation showing their
 count. The sink is fixed when the server starts; the API never takes a sink
-or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.`,
-		Example: "  outbox admin\n  OUTBOX_ADMIN_TOKEN=$(openssl rand -hex 32) outbox admin --addr :8080",
-		Args:    cobra.NoArgs,
+or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.
+
+With --tenant-schemas GLOB or --tenant-query SQL (PostgreSQL) it serves every
+tenant schema holding an outbox instead of --schema: the overview lists each
+tenant's counts, the most lagging first, and a tenant selector picks the
+schema the other views work on. Tenants are discovered again as the
+dashboard refreshes.`,
+		Example: "  outbox admin\n  OUTBOX_ADMIN_TOKEN=$(openssl rand -hex 32) outbox admin --addr :8080\n" +
+			"  outbox admin --tenant-schemas 's_*'",
+		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			cfg.AuthToken = envDefault(cfg.AuthToken, EnvAdminToken)
 			user, pass = envDefault(user, EnvAdminUser), envDefault(pass, EnvAdminPassword)
@@ -106,11 +115,33 @@ or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.`
 			if err := check.WithDefaults().Validate(); err != nil {
 				return adminConfigError(err)
 			}
-			db, closer, _, err := a.openDatabase(cmd.Context())
+			if tenants.on() {
+				if err := a.checkTenantCommand(&tenants); err != nil {
+					return err
+				}
+			}
+			db, closer, kind, err := a.openDatabase(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer func() { _ = closer.Close() }()
+			if tenants.on() {
+				if kind != dburl.KindPostgres {
+					return usagef("%s needs PostgreSQL, whose schemas hold one outbox per tenant; run outbox admin per database with --schema", tenants.flagName())
+				}
+				cfg.Tenants = func(ctx context.Context) ([]string, error) {
+					return outbox.DiscoverTenants(ctx, db, tenants.schemas, tenants.query)
+				}
+				cfg.TenantManager = func(schema string) *outbox.Manager {
+					return outbox.NewManager(db, outbox.ManagerConfig{Schema: schema})
+				}
+				// A wrong query or an unreachable database fails the command.
+				if _, err := cfg.Tenants(cmd.Context()); err != nil {
+					return err
+				}
+				cfg.Logger = a.logger
+				return a.serveAdminWith(cmd.Context(), addr, cfg, replaySink)
+			}
 			cfg.Manager = outbox.NewManager(db, outbox.ManagerConfig{Schema: a.schema})
 			if err := cfg.Manager.Ping(cmd.Context()); err != nil {
 				return a.tableError(err)
@@ -128,19 +159,7 @@ or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.`
 					return *lags, nil
 				}
 			}
-			if replaySink != "" {
-				sink, name, closeSink, err := a.openReplaySink(cmd.Context(), replaySink)
-				if err != nil {
-					return err
-				}
-				defer closeSink()
-				cfg.ReplaySink, cfg.ReplaySinkName = sink, name
-			}
-			h, err := outboxadmin.New(cfg)
-			if err != nil {
-				return adminConfigError(err)
-			}
-			return a.serveAdmin(cmd.Context(), addr, h, cfg.BasePath)
+			return a.serveAdminWith(cmd.Context(), addr, cfg, replaySink)
 		}),
 	}
 	f := cmd.Flags()
@@ -152,8 +171,27 @@ or URL from a request. Its webhook secret comes from $` + EnvWebhookSecret + `.`
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without authentication, host names (host or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --addr; others get 403 (DNS rebinding)")
 	f.StringVar(&cfg.BasePath, "base-path", outboxadmin.BasePathDefault, "path prefix to serve under, such as /outbox behind a proxy")
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", outboxadmin.SampleIntervalDefault, "how often the charts get a point")
+	tenants.addFlags(f, "serve every schema")
 	f.StringVar(&replaySink, "replay-sink", "", "a sink URL (as outbox relay --sink takes it) the dashboard may replay delivered events to, for a new consumer; fixed at start, never taken from a request")
 	return cmd
+}
+
+// serveAdminWith opens the replay sink, when given, and serves the
+// dashboard of cfg on addr until ctx ends.
+func (a *app) serveAdminWith(ctx context.Context, addr string, cfg outboxadmin.Config, replaySink string) error {
+	if replaySink != "" {
+		sink, name, closeSink, err := a.openReplaySink(ctx, replaySink)
+		if err != nil {
+			return err
+		}
+		defer closeSink()
+		cfg.ReplaySink, cfg.ReplaySinkName = sink, name
+	}
+	h, err := outboxadmin.New(cfg)
+	if err != nil {
+		return adminConfigError(err)
+	}
+	return a.serveAdmin(ctx, addr, h, cfg.BasePath)
 }
 
 // openReplaySink opens the dashboard's replay sink with the relay's sink

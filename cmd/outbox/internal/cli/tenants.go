@@ -38,6 +38,14 @@ func (t *tenantFlags) addFlags(f *pflag.FlagSet, what string) {
 
 func (t *tenantFlags) on() bool { return t.schemas != "" || t.query != "" }
 
+// flagName is the command-line name of the tenant flag in use.
+func (t *tenantFlags) flagName() string {
+	if t.query != "" {
+		return "--tenant-query"
+	}
+	return "--tenant-schemas"
+}
+
 // flag names the tenant flag in use, as the operator set it.
 func (t *tenantFlags) flag(m *merger) string {
 	if t.query != "" {
@@ -342,6 +350,18 @@ type tenantsStatsJSON struct {
 	Processed               int64             `json:"processed"`
 	Failed                  int64             `json:"failed"`
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
+}
+
+// checkTenantCommand refuses tenant flags that a command other than the
+// relay cannot use: both discoveries at once, or with --schema.
+func (a *app) checkTenantCommand(t *tenantFlags) error {
+	if t.schemas != "" && t.query != "" {
+		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
+	}
+	if a.schema != outbox.SchemaDefault {
+		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
+	}
+	return nil
 }
 
 // eachTenant runs fn with a Manager for every tenant schema holding an
