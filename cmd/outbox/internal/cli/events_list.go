@@ -127,7 +127,7 @@ func (a *app) listTenants(ctx context.Context, t *tenantFlags, p outbox.ListPara
 	)
 	_, _, err := a.eachTenant(ctx, t, func(schema string, m *outbox.Manager) error {
 		if firstErr != nil {
-			return nil
+			return nil //nolint:nilerr // the first failure is reported once, after the walk
 		}
 		events, err := m.ListEvents(ctx, p)
 		if err != nil {
