@@ -143,7 +143,9 @@ func (m *Manager) CountReplay(ctx context.Context, p ReplayParams) (int64, error
 // archives during the replay is published once. Each event keeps its ID,
 // so a consumer that already has it drops the duplicate. A refused event
 // is published again, after a backoff, up to p.Attempts times; the replay
-// then stops with an error. It also stops when ctx ends.
+// then stops with an error. When ctx ends it lets the sink call in flight
+// finish (bounded by SinkTimeout), so what it reports as published is what
+// the sink acknowledged, and stops.
 //
 // The result is valid with an error too: every selected event with an ID
 // up to LastID was acknowledged, so a replay resumes with AfterID =
@@ -223,7 +225,9 @@ func replayPublish(ctx context.Context, sink Sink, events []Event, p ReplayParam
 		idx[i] = i
 	}
 	for attempt := 1; ; attempt++ {
-		errs := callSinkOnce(ctx, sink, pending, p.SinkTimeout)
+		// Not cancelled by a stop: a request the consumer got is one
+		// the result counts (SinkTimeout bounds the wait).
+		errs := callSinkOnce(context.WithoutCancel(ctx), sink, pending, p.SinkTimeout)
 		var (
 			again    []Event
 			againIdx []int

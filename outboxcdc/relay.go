@@ -52,7 +52,7 @@ func New(pool *pgxpool.Pool, repl *pgconn.Config, cfg Config) (*Relay, error) {
 	}
 	return &Relay{
 		cfg: cfg, pool: pool, repl: repl, drv: pgdriver.New(pool, cfg.Schema),
-		log: cfg.Logger.With(slog.String("component", "outbox.capture"), slog.String("relay_id", cfg.RelayID)),
+		log: cfg.Logger.With(slog.String("component", "outboxcdc"), slog.String("relay_id", cfg.RelayID)),
 	}, nil
 }
 

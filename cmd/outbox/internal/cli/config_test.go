@@ -88,6 +88,7 @@ tenants:
   schemas: s_*
   query: SELECT schema_name FROM public.tenants
   refresh: 1m
+  metrics: aggregate
 `
 
 func TestParseConfigFileEveryKey(t *testing.T) {
