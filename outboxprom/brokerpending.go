@@ -50,9 +50,9 @@ type BrokerPendingConfig struct {
 // yet, so a receiver that falls behind its broker shows here first. After
 // a failed read the pending series is removed rather than left stale.
 type BrokerPending struct {
-	cfg     BrokerPendingConfig
-	ok      prometheus.Gauge
-	vec     *prometheus.GaugeVec
+	cfg BrokerPendingConfig
+	ok  prometheus.Gauge
+	vec *prometheus.GaugeVec
 }
 
 // NewBrokerPending returns a BrokerPending registered on cfg.Registerer.
