@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/outboxmigrate"
+	"github.com/outboxkit/outbox/sink/handlersink"
 )
 
 // exampleDB connects to the test database and migrates the inbox into a
@@ -154,4 +156,40 @@ func ExampleNewWebhookHandler() {
 	// 200 {"status":"stored"}
 	// 200 {"status":"duplicate"}
 	// mailer has 1 message to process
+}
+
+// The handler sink's ledger in inbox_messages: the retry of an event whose
+// notification failed skips its audit, which succeeded.
+func ExampleLedger() {
+	ctx := context.Background()
+	pool, schema, done := exampleDB(ctx, "ledger")
+	defer done()
+
+	ledger, err := inbox.NewLedger(pool, inbox.LedgerConfig{Schema: schema})
+	if err != nil {
+		panic(err)
+	}
+	sink := handlersink.New(handlersink.Config{Ledger: ledger})
+	mailUp := false
+	sink.HandleNamed("order.paid", "notify", func(ctx context.Context, e outbox.Event) error {
+		fmt.Println("notify", e.ID, "mail up:", mailUp)
+		if !mailUp {
+			return errors.New("mail server down")
+		}
+		return nil
+	})
+	sink.HandleNamed("order.paid", "audit", func(ctx context.Context, e outbox.Event) error {
+		fmt.Println("audit", e.ID)
+		return nil
+	})
+	events := []outbox.Event{{ID: 7, EventType: "order.paid", Payload: []byte(`{}`)}}
+	fmt.Println("first delivery:", sink.Publish(ctx, events)) // the relay retries it
+	mailUp = true
+	fmt.Println("retry:", sink.Publish(ctx, events)) // nil: every handler succeeded
+	// Output:
+	// notify 7 mail up: false
+	// audit 7
+	// first delivery: [handlersink: handler "notify" for "order.paid" failed on event 7: mail server down]
+	// notify 7 mail up: true
+	// retry: []
 }

@@ -416,3 +416,37 @@ func kafkaCluster(t *testing.T, topic string) ([]string, string) {
 	t.Cleanup(c.Close)
 	return c.ListenAddrs(), ""
 }
+
+// outbox receive --from kafka:// --metrics-addr serves the group's lag:
+// 0 with the ok gauge at 1 once every produced record is stored and its
+// offset committed.
+func TestReceiveFromKafkaServesBrokerPending(t *testing.T) {
+	t.Parallel()
+	inboxS := inboxSchema(t)
+	topic := "outbox-cli-pending-" + randomName()
+	brokers, query := kafkaCluster(t, topic)
+	ctx := context.Background()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	for i := range 5 {
+		r := &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+			Headers: []kgo.RecordHeader{{Key: "ce_id", Value: []byte(fmt.Sprint(i + 1))}, {Key: "ce_source", Value: []byte("/orders")}}}
+		require.NoError(t, prod.ProduceSync(ctx, r).FirstErr())
+	}
+	prod.Close()
+	sep := "?"
+	if query != "" {
+		sep = "&"
+	}
+	receiver := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", "kafka://"+strings.Join(brokers, ",")+query+sep+"topic="+topic, "--consumer", "billing", "--metrics-addr", "127.0.0.1:0")
+	metrics := "http://" + obsLogValue(t, receiver, "serving metrics", "addr") + "/metrics"
+	testutil.WaitFor(t, 60*time.Second, "every record stored and the group's lag at 0", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		_, m := obsGet(t, metrics)
+		return inboxCount(t, inboxS, "") == 5 &&
+			strings.Contains(m, `outbox_consumer_broker_pending{broker="kafka",consumer="billing"} 0`) &&
+			strings.Contains(m, `outbox_consumer_broker_pending_ok{broker="kafka",consumer="billing"} 1`)
+	})
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+}

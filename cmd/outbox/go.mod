@@ -42,6 +42,7 @@ require (
 require (
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
+	github.com/twmb/franz-go/pkg/kadm v1.18.0 // indirect
 )
 
 require (

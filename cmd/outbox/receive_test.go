@@ -22,6 +22,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -722,4 +723,29 @@ func TestReceiveFromMQTTWithKills(t *testing.T) {
 	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM))
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 	requireFail(t, outboxCmd(t, inboxS, "receive", "--from", mqttBroker), 2, "names no topic")
+}
+
+// outbox receive --from nats:// --metrics-addr serves the durable
+// consumer's pending count from JetStream: 0 with the ok gauge at 1 once
+// every published message is stored and acknowledged.
+func TestReceiveFromNATSServesBrokerPending(t *testing.T) {
+	t.Parallel()
+	inboxS := inboxSchema(t)
+	js := natsStream(t)
+	ctx := context.Background()
+	for i := range 5 {
+		_, err := js.js.Publish(ctx, js.prefix+".created", []byte(fmt.Sprintf(`{"n":%d}`, i)), jetstream.WithMsgID(fmt.Sprint("m-", i)))
+		require.NoError(t, err)
+	}
+	receiver := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", "nats://"+natsAddr()+"?stream="+js.stream, "--consumer", "billing", "--metrics-addr", "127.0.0.1:0")
+	metrics := "http://" + obsLogValue(t, receiver, "serving metrics", "addr") + "/metrics"
+	testutil.WaitFor(t, 30*time.Second, "every message stored and the broker's pending at 0", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		_, m := obsGet(t, metrics)
+		return inboxCount(t, inboxS, "") == 5 &&
+			strings.Contains(m, `outbox_consumer_broker_pending{broker="nats",consumer="billing"} 0`) &&
+			strings.Contains(m, `outbox_consumer_broker_pending_ok{broker="nats",consumer="billing"} 1`)
+	})
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 }

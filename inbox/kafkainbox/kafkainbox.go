@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox"
@@ -230,4 +231,34 @@ func Open(ctx context.Context, rawURL, group string) (*kgo.Client, []string, err
 		return nil, nil, fmt.Errorf("kafkainbox: no broker of %s answered: %w", strings.Join(cfg.Brokers, ","), err)
 	}
 	return cl, topics, nil
+}
+
+// Pending returns the group's lag: over every partition of the topics the
+// group consumes, the end offset minus the group's committed offset (the
+// partition's start when it committed none), as kadm computes it from one
+// DescribeGroups, OffsetFetch and ListOffsets round. cl may be the client
+// Consume uses. A group the brokers do not know (nothing joined or
+// committed yet) is an error, not 0: its lag is not known.
+func Pending(ctx context.Context, cl *kgo.Client, group string) (int64, error) {
+	lags, err := kadm.NewClient(cl).Lag(ctx, group)
+	if err != nil {
+		return 0, fmt.Errorf("kafkainbox: group %s lag: %w", group, err)
+	}
+	l, ok := lags[group]
+	if !ok {
+		return 0, fmt.Errorf("kafkainbox: group %s lag: the brokers did not describe the group", group)
+	}
+	if err := l.Error(); err != nil {
+		return 0, fmt.Errorf("kafkainbox: group %s lag: %w", group, err)
+	}
+	var total int64
+	for _, ps := range l.Lag {
+		for _, p := range ps {
+			if p.Err != nil {
+				return 0, fmt.Errorf("kafkainbox: group %s lag of %s[%d]: %w", group, p.Topic, p.Partition, p.Err)
+			}
+			total += max(p.Lag, 0)
+		}
+	}
+	return total, nil
 }

@@ -162,3 +162,58 @@ func TestMessageFromRecord(t *testing.T) {
 	_, err = kafkainbox.Message(&kgo.Record{Topic: "t", Value: []byte(`{}`)}, "")
 	require.Error(t, err, "no ce_id")
 }
+
+// Pending on kfake: 12 records over 3 partitions and a group that joined
+// and committed nothing is 12; after Consume stored and committed 5 it is
+// 7. A group the brokers do not know is an error, not 0.
+func TestPendingIsTheGroupLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const topic = "shop.order"
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	require.NoError(t, err)
+	t.Cleanup(fake.Close)
+	brokers := fake.ListenAddrs()
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	for i := range 12 {
+		r := &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+			Headers: []kgo.RecordHeader{{Key: "ce_id", Value: []byte(fmt.Sprint(i + 1))}, {Key: "ce_source", Value: []byte("/orders")}}}
+		require.NoError(t, prod.ProduceSync(ctx, r).FirstErr())
+	}
+	prod.Close()
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	_, err = kafkainbox.Pending(ctx, admin, "nobody")
+	require.ErrorContains(t, err, "group nobody", "a group the brokers do not know has no lag to report")
+	var n int64
+
+	cl, err := kgo.NewClient(append(kafkainbox.Options("billing", topic), kgo.SeedBrokers(brokers...))...)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	var received atomic.Int64
+	runCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop) // a failed wait below ends Consume too
+	done := make(chan error, 1)
+	go func() {
+		done <- kafkainbox.Consume(runCtx, cl, kafkainbox.Config{Logger: quiet, BatchSize: 1, RetryDelay: time.Hour,
+			Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+				if received.Add(1) > 5 {
+					return inbox.Result{}, errors.New("database down")
+				}
+				return inbox.Result{}, nil
+			}})
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the group to commit 5 records", func() bool {
+		n, err = kafkainbox.Pending(ctx, admin, "billing")
+		return err == nil && n == 7
+	})
+	stop()
+	require.NoError(t, <-done)
+	n, err = kafkainbox.Pending(ctx, admin, "billing")
+	require.NoError(t, err)
+	require.EqualValues(t, 7, n, "12 produced, 5 committed")
+}

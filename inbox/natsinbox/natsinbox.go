@@ -238,3 +238,15 @@ func Open(ctx context.Context, rawURL, durable string) (*Source, error) {
 	_ = sink.Close()
 	return nil, fmt.Errorf("natsinbox: consumer %s on stream %s: %w", durable, cfg.Stream, err)
 }
+
+// Pending returns what the broker still holds for cons: the stream's
+// messages it has not delivered yet (NumPending) plus the ones delivered
+// and not acknowledged (NumAckPending), read from the server's consumer
+// info in one request. A receiver that keeps up holds it near 0.
+func Pending(ctx context.Context, cons jetstream.Consumer) (int64, error) {
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("natsinbox: consumer info: %w", err)
+	}
+	return int64(info.NumPending) + int64(info.NumAckPending), nil
+}

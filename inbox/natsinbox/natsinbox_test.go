@@ -181,3 +181,51 @@ func TestMessageFromHeaders(t *testing.T) {
 	_, err = natsinbox.Message(only, []byte(`nope`), "nats:S")
 	require.Error(t, err, "not JSON")
 }
+
+// Pending on the real server: 10 messages in the stream and none consumed
+// is 10; 4 fetched and not acknowledged still count (NumAckPending); 4
+// acknowledged leave 6.
+func TestPendingCountsUndeliveredAndUnacked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, js := connect(t)
+	name := "pending" + randomName()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	cons, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "billing",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	require.NoError(t, err)
+
+	n, err := natsinbox.Pending(ctx, cons)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for i := range 10 {
+		_, err := js.Publish(ctx, name+".created", []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		require.NoError(t, err)
+	}
+	n, err = natsinbox.Pending(ctx, cons)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, n, "none consumed")
+
+	batch, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+	}
+	require.Len(t, got, 4)
+	n, err = natsinbox.Pending(ctx, cons)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, n, "delivered and not acknowledged still pending")
+	for _, m := range got {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	n, err = natsinbox.Pending(ctx, cons)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, n, "4 acknowledged")
+
+	require.NoError(t, js.DeleteConsumer(ctx, name, "billing"))
+	_, err = natsinbox.Pending(ctx, cons)
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
+}

@@ -358,6 +358,7 @@ func storeFunc(in *inbox.Inbox, closer any) (func(context.Context, inbox.Message
 // receiveMetrics is the receiver's metrics server.
 type receiveMetrics struct {
 	m      *outboxprom.InboxMetrics
+	reg    *prometheus.Registry
 	server *http.Server
 	served chan struct{}
 }
@@ -386,7 +387,7 @@ func (a *app) serveReceiveMetrics(ctx context.Context, rf receiveFlags, db outbo
 		return err
 	})
 	mux.Handle("GET /readyz", ready)
-	rm := &receiveMetrics{m: m, served: make(chan struct{}),
+	rm := &receiveMetrics{m: m, reg: reg, served: make(chan struct{}),
 		server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)}}
 	go func() {
 		defer close(rm.served)
@@ -396,6 +397,24 @@ func (a *app) serveReceiveMetrics(ctx context.Context, rf receiveFlags, db outbo
 	}()
 	a.logger.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
 	return rm, nil
+}
+
+// brokerPending serves outbox_consumer_broker_pending from read, polled
+// every 5 s, until the returned stop is called (before the broker's client
+// closes). Without a metrics server it does nothing.
+func (rm *receiveMetrics) brokerPending(ctx context.Context, logger *slog.Logger, consumer, broker string, read func(context.Context) (int64, error)) (func(), error) {
+	if rm == nil {
+		return func() {}, nil
+	}
+	p, err := outboxprom.NewBrokerPending(outboxprom.BrokerPendingConfig{Registerer: rm.reg, Consumer: consumer, Broker: broker,
+		Read: read, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	return func() { cancel(); <-done }, nil
 }
 
 func (rm *receiveMetrics) stop() {
@@ -432,9 +451,9 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		return err
 	}
 	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
+	var metrics *receiveMetrics
 	if rf.metricsAddr != "" {
-		metrics, err := a.serveReceiveMetrics(ctx, rf, db)
-		if err != nil {
+		if metrics, err = a.serveReceiveMetrics(ctx, rf, db); err != nil {
 			return err
 		}
 		defer metrics.stop()
@@ -469,6 +488,13 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		defer func() { _ = src.Close() }()
 		info := src.Consumer.CachedInfo()
 		a.logger.Info("receiving from NATS JetStream", "stream", info.Stream, "durable", info.Name, "consumer", rf.consumer, "schema", a.schema)
+		stopPending, err := metrics.brokerPending(ctx, a.logger, rf.consumer, "nats", func(ctx context.Context) (int64, error) {
+			return natsinbox.Pending(ctx, src.Consumer)
+		})
+		if err != nil {
+			return err
+		}
+		defer stopPending()
 		err = natsinbox.Consume(ctx, src.Consumer, natsinbox.Config{Logger: a.logger, Receive: receive})
 		if err != nil {
 			return err
@@ -493,6 +519,13 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		}
 		defer cl.Close()
 		a.logger.Info("receiving from Kafka", "topics", strings.Join(topics, ","), "group", rf.consumer, "consumer", rf.consumer, "schema", a.schema)
+		stopPending, err := metrics.brokerPending(ctx, a.logger, rf.consumer, "kafka", func(ctx context.Context) (int64, error) {
+			return kafkainbox.Pending(ctx, cl, rf.consumer)
+		})
+		if err != nil {
+			return err
+		}
+		defer stopPending()
 		if err := kafkainbox.Consume(ctx, cl, kafkainbox.Config{Logger: a.logger, Receive: receive}); err != nil {
 			return err
 		}
