@@ -68,7 +68,7 @@ func NewBrokerPending(cfg BrokerPendingConfig) (*BrokerPending, error) {
 	cfg.Timeout = cmp.Or(cfg.Timeout, SampleTimeoutDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Interval < 0 || cfg.Timeout < 0 {
-		return nil, &outbox.ConfigError{Field: "Interval", Err: fmt.Errorf("Interval %v and Timeout %v: use positive durations", cfg.Interval, cfg.Timeout)}
+		return nil, &outbox.ConfigError{Field: "Interval", Err: fmt.Errorf("interval %v and timeout %v: use positive durations", cfg.Interval, cfg.Timeout)}
 	}
 	labels := prometheus.Labels{"consumer": cfg.Consumer, "broker": cfg.Broker}
 	vec := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outbox_consumer_broker_pending",
