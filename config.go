@@ -199,8 +199,12 @@ type RelayConfig struct {
 	// only the events the stream does not deliver, those written before
 	// the slot existed, those written with a delay, and those whose
 	// publish from the stream failed (which keep their retry schedule,
-	// backoff and dead-lettering). Leave it empty otherwise. It cannot be
-	// combined with EventTypes, MaxBatchBytes or OrderingAggregate.
+	// backoff and dead-lettering). Each claim looks only at the oldest
+	// due pending events, ten batches and at least 1,000: one of its own
+	// due behind more unsettled stream events than that waits until the
+	// stream has settled them (docs/cdc.md). Leave it empty otherwise. It
+	// cannot be combined with EventTypes, MaxBatchBytes or
+	// OrderingAggregate.
 	CaptureSlot string
 	// PurgeAfter, when positive, makes the fleet's leading relay delete
 	// processed events (and archived ones) older than this, every

@@ -126,7 +126,10 @@ type ClaimParams struct {
 	// table, those written before the slot existed (visible in the
 	// snapshot recorded with it in outbox_capture), those written with a
 	// delay, and those whose row changed since it was written (a failed
-	// publish, a requeue).
+	// publish, a requeue), and the stream's rows it missed (the safety
+	// net). It looks only at the oldest due pending rows, ten batches and
+	// at least 1,000, so that the stream's backlog does not make every
+	// claim read all of it.
 	CaptureSlot string
 }
 

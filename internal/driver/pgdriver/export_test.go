@@ -5,6 +5,10 @@ import "github.com/outboxkit/outbox/internal/driver"
 // ClaimSQL exposes the claim statement to plan tests.
 func ClaimSQL(d *Driver) string { return d.q.claim }
 
+// ClaimCaptureSQL exposes the table path's claim of a capture relay to
+// plan tests.
+func ClaimCaptureSQL(d *Driver) string { return d.q.claimCapture }
+
 // ClaimBudgetSQL exposes the claim statement with a byte budget to plan
 // tests.
 func ClaimBudgetSQL(d *Driver) string { return d.q.claimBudget }
