@@ -40,6 +40,7 @@ func TestCapture(t *testing.T) {
 		"BacklogAndLostSlotGoThroughTablePath":     testBacklogAndLostSlot,
 		"SafetyNetDeliversARowTheStreamMissed":     testSafetyNet,
 		"TablePathClaimReadsABoundedWindow":        testClaimWindow,
+		"EventTypesLeaveOtherTypesToTheirRelays":   testEventTypes,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

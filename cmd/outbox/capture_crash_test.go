@@ -210,6 +210,10 @@ func TestCaptureRelayBinary(t *testing.T) {
 		t.Parallel()
 		testPollBesideCapture(t, c)
 	})
+	t.Run("EventTypesSplitWithPollRelay", func(t *testing.T) {
+		t.Parallel()
+		testCaptureEventTypes(t, c)
+	})
 	t.Run("StatsAndAdminShowTheSlot", func(t *testing.T) {
 		t.Parallel()
 		testCaptureStats(t, c)
@@ -377,7 +381,7 @@ func TestCaptureRelayUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"--capture", "wal"}, `invalid --capture "wal": use poll or logical`},
-		{[]string{"--capture", "logical", "--event-types", "a.*"}, "--event-types cannot be used with --capture logical"},
+		{[]string{"--capture", "logical", "--max-batch-bytes", "1000"}, "--max-batch-bytes cannot be used with --capture logical"},
 		{[]string{"--capture", "logical", "--ordering", "aggregate"}, "--ordering aggregate cannot be used with --capture logical"},
 		{[]string{"--max-slot-lag", "100"}, "--max-slot-lag needs --capture logical"},
 	} {
@@ -471,4 +475,40 @@ func testCaptureStats(t *testing.T, c *pgcluster.Cluster) {
 	require.Contains(t, text, "streamer")
 	br.screenshot("overview-capture")
 	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM), relay.stderr.String())
+}
+
+// A capture relay with --event-types streams only its types; a poll relay
+// with other --event-types on the same table delivers the rest, each
+// event once, and is reminded (not warned) that a capture relay streams.
+func testCaptureEventTypes(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	streamSrv, pollSrv := newCaptureServer(t), newCaptureServer(t)
+	capture := start(t, nil, db.relayArgs(streamSrv.URL, "capture", "--event-types", "a.*")...)
+	testutil.WaitFor(t, 20*time.Second, "the capture relay streams", func() bool {
+		require.False(t, capture.exited(), "capture relay exited; stderr:\n%s", capture.stderr.String())
+		return db.holder(t) == "capture"
+	})
+	a := db.insert(t, 20, "a.x")
+	b := db.insert(t, 20, "b.x")
+	testutil.WaitFor(t, 20*time.Second, "the a events processed", func() bool {
+		return db.count(t, `status = 'processed' AND event_type = 'a.x'`) == 20
+	})
+	require.Equal(t, 20, db.count(t, `status = 'pending' AND event_type = 'b.x' AND attempts = 0`), "b events left pending")
+	poll := start(t, nil, "--database-url", db.url, "--schema", db.schema, "relay", "--sink", pollSrv.URL, "--relay-id", "poll",
+		"--event-types", "b.*", "--poll-interval", "100ms", "--log-level", "info")
+	testutil.WaitFor(t, 20*time.Second, "the b events processed", func() bool {
+		require.False(t, poll.exited(), "poll relay exited; stderr:\n%s", poll.stderr.String())
+		return db.count(t, `status = 'processed'`) == 40
+	})
+	for srv, ids := range map[*captureServer][]int64{streamSrv: a, pollSrv: b} {
+		acked := srv.ackedIDs()
+		require.Len(t, acked, len(ids), "each relay delivers its own types only")
+		for _, id := range ids {
+			require.Equal(t, 1, acked[id], "event %d", id)
+		}
+	}
+	require.Contains(t, poll.stderr.String(), "make sure it serves other --event-types than this relay")
+	require.NotContains(t, poll.stderr.String(), "level=WARN")
+	require.Equal(t, 0, poll.stop(t, syscall.SIGTERM), poll.stderr.String())
+	require.Equal(t, 0, capture.stop(t, syscall.SIGTERM), capture.stderr.String())
 }

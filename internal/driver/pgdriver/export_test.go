@@ -9,6 +9,10 @@ func ClaimSQL(d *Driver) string { return d.q.claim }
 // plan tests.
 func ClaimCaptureSQL(d *Driver) string { return d.q.claimCapture }
 
+// ClaimCaptureFilteredSQL exposes the table path's claim of a capture
+// relay serving some event types to plan tests.
+func ClaimCaptureFilteredSQL(d *Driver) string { return d.q.claimCaptureFiltered }
+
 // ClaimBudgetSQL exposes the claim statement with a byte budget to plan
 // tests.
 func ClaimBudgetSQL(d *Driver) string { return d.q.claimBudget }
