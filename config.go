@@ -199,8 +199,12 @@ type RelayConfig struct {
 	// only the events the stream does not deliver, those written before
 	// the slot existed, those written with a delay, and those whose
 	// publish from the stream failed (which keep their retry schedule,
-	// backoff and dead-lettering). Leave it empty otherwise. It cannot be
-	// combined with EventTypes, MaxBatchBytes or OrderingAggregate.
+	// backoff and dead-lettering). Each claim looks only at the oldest
+	// due pending events, ten batches and at least 1,000: one of its own
+	// due behind more unsettled stream events than that waits until the
+	// stream has settled them (docs/cdc.md). Leave it empty otherwise. It
+	// cannot be combined with MaxBatchBytes or OrderingAggregate; with
+	// EventTypes, give the stream (outboxcdc.Config.EventTypes) the same.
 	CaptureSlot string
 	// PurgeAfter, when positive, makes the fleet's leading relay delete
 	// processed events (and archived ones) older than this, every
@@ -350,8 +354,8 @@ func (c RelayConfig) Validate() error {
 		return bad("DBTimeout", "is %v, not shorter than the lease (%v): a claim could return events whose lease already ended; lower it", c.DBTimeout, c.Lease)
 	case c.MaxAttempts < 1:
 		return bad("MaxAttempts", "is %d: use at least 1", c.MaxAttempts)
-	case c.CaptureSlot != "" && (len(c.EventTypes) > 0 || c.MaxBatchBytes > 0 || c.Ordering == OrderingAggregate):
-		return bad("CaptureSlot", "is set with EventTypes, MaxBatchBytes or aggregate ordering: the table path of a capture relay serves every event type, without a byte budget, in commit order from the stream; remove them")
+	case c.CaptureSlot != "" && (c.MaxBatchBytes > 0 || c.Ordering == OrderingAggregate):
+		return bad("CaptureSlot", "is set with MaxBatchBytes or aggregate ordering: the table path of a capture relay claims without a byte budget, and the stream delivers in commit order already; remove them")
 	case c.BackoffBase <= 0:
 		return bad("BackoffBase", "is %v: use a positive duration", c.BackoffBase)
 	case c.BackoffMax < c.BackoffBase:

@@ -37,6 +37,7 @@ func (h *Handler) routes() {
 	get("/api/relays", h.relays)
 	get("/api/blocked-aggregates", h.blockedAggregates)
 	get("/api/health", h.health)
+	get("/api/capture", h.capture)
 	get("/api/consumers", h.consumers)
 	get("/api/tenants", h.tenantCounts)
 	post("/api/events/retry", h.retry)

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,15 @@ type Config struct {
 	// BatchSize is the most events published at once. Defaults to
 	// BatchSizeDefault.
 	BatchSize int
+	// EventTypes, when set, limits the stream to events whose type
+	// matches one of these patterns (* matches any run of characters,
+	// every other character itself, as outbox.RelayConfig.EventTypes).
+	// The stream passes over the others (the slot still advances past
+	// them): they are left pending for relays serving their types, and
+	// the table path (outbox.RelayConfig.CaptureSlot) must be given the
+	// same EventTypes, so that it neither retries nor, by its safety net,
+	// claims them. Empty for every type.
+	EventTypes []string
 	// SinkTimeout bounds one publish. Defaults to
 	// outbox.SinkTimeoutDefault.
 	SinkTimeout time.Duration
@@ -170,6 +180,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Sink == nil:
 		return bad("Sink", "is nil: the relay needs a sink to publish to")
+	case slices.Contains(c.EventTypes, ""):
+		return bad("EventTypes", "has an empty entry: use * to match every type")
 	case c.BatchSize < 1 || c.BatchSize > outbox.BatchSizeMax:
 		return bad("BatchSize", "is %d: use 1 to %d", c.BatchSize, outbox.BatchSizeMax)
 	case c.SinkTimeout <= 0:

@@ -59,11 +59,12 @@ const timestampLayout = "2006-01-02 15:04:05.999999-07"
 
 // decode reads an inserted row. ok is false for a row the stream leaves
 // to the table path (the stream does not settle it): not pending, delayed, or
-// already changed.
+// already changed; and for a row whose event type matches none of types
+// (when not empty), left to the relays serving that type.
 //
 // txid is the writing transaction's ID (the txid column): the settler
 // waits until it is visible before it marks the row.
-func (r *relation) decode(t *pglogrepl.TupleData) (ev outbox.Event, txid uint64, ok bool, err error) {
+func (r *relation) decode(t *pglogrepl.TupleData, types []string) (ev outbox.Event, txid uint64, ok bool, err error) {
 	if t == nil {
 		return ev, txid, false, fmt.Errorf("insert without a tuple")
 	}
@@ -80,6 +81,9 @@ func (r *relation) decode(t *pglogrepl.TupleData) (ev outbox.Event, txid uint64,
 	status, _ := col(r.status)
 	if status != "pending" {
 		return ev, txid, false, nil
+	}
+	if typ, _ := col(r.eventType); len(types) > 0 && !matchAnyType(types, typ) {
+		return ev, txid, false, nil // another relay's: read nothing else of it
 	}
 	id, _ := col(r.id)
 	if ev.ID, err = strconv.ParseInt(id, 10, 64); err != nil {
@@ -132,4 +136,42 @@ func (r *relation) decode(t *pglogrepl.TupleData) (ev outbox.Event, txid uint64,
 	}
 	ev.Status = outbox.StatusPending
 	return ev, txid, true, nil
+}
+
+// matchAnyType reports whether typ matches one of the event-type
+// patterns, as the table path's claim matches them in SQL (LIKE with
+// driver.LikePatterns): * matches any run of characters, none included,
+// and every other character itself.
+func matchAnyType(patterns []string, typ string) bool {
+	for _, p := range patterns {
+		if matchType(p, typ) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchType(pattern, name string) bool {
+	// Iterative matching with one backtrack point.
+	pi, ni, star, mark := 0, 0, -1, 0
+	for ni < len(name) {
+		switch {
+		case pi < len(pattern) && pattern[pi] != '*' && pattern[pi] == name[ni]:
+			pi++
+			ni++
+		case pi < len(pattern) && pattern[pi] == '*':
+			star, mark = pi, ni
+			pi++
+		case star >= 0:
+			pi = star + 1
+			mark++
+			ni = mark
+		default:
+			return false
+		}
+	}
+	for pi < len(pattern) && pattern[pi] == '*' {
+		pi++
+	}
+	return pi == len(pattern)
 }

@@ -397,7 +397,7 @@ func (c *receiver) logical(ctx context.Context, data []byte) error {
 		if rel == nil {
 			return nil
 		}
-		ev, txid, ok, err := rel.decode(m.Tuple)
+		ev, txid, ok, err := rel.decode(m.Tuple, c.r.cfg.EventTypes)
 		if err != nil {
 			if ev.ID == 0 {
 				return fmt.Errorf("cannot read an inserted outbox row: %w", err)

@@ -39,6 +39,8 @@ func TestCapture(t *testing.T) {
 		"ReportsSlotLag":                           testReportsSlotLag,
 		"BacklogAndLostSlotGoThroughTablePath":     testBacklogAndLostSlot,
 		"SafetyNetDeliversARowTheStreamMissed":     testSafetyNet,
+		"TablePathClaimReadsABoundedWindow":        testClaimWindow,
+		"EventTypesLeaveOtherTypesToTheirRelays":   testEventTypes,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -56,7 +58,7 @@ type bundle struct {
 
 // setup makes a schema with a migrated outbox table on the logical
 // cluster.
-func setup(t *testing.T, url string) bundle {
+func setup(t testing.TB, url string) bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)

@@ -221,6 +221,8 @@ func TestAdminDashboardInBrowser(t *testing.T) {
 	require.Regexp(t, `outbox_events\s+\S+\s+\d+\s+\d+(\.\d)? [KM]iB`, text)
 	require.Contains(t, text, "Vacuum horizon")
 	br.waitJS("no consumers panel without an inbox", `document.querySelector('#overview-consumers')?.hidden === true`)
+	require.NotContains(t, br.text("main"), "null", "nothing renders a missing section as text")
+	br.waitJS("no capture panel without a capture slot", `document.querySelector('#overview-capture')?.hidden === true`)
 	br.screenshot("overview")
 
 	// The failed queue lists the three; retry one with its button.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/internal/testutil/pgcluster"
+	"github.com/outboxkit/outbox/outboxadmin"
 	"github.com/outboxkit/outbox/outboxcdc"
 )
 
@@ -207,6 +210,14 @@ func TestCaptureRelayBinary(t *testing.T) {
 		t.Parallel()
 		testPollBesideCapture(t, c)
 	})
+	t.Run("EventTypesSplitWithPollRelay", func(t *testing.T) {
+		t.Parallel()
+		testCaptureEventTypes(t, c)
+	})
+	t.Run("StatsAndAdminShowTheSlot", func(t *testing.T) {
+		t.Parallel()
+		testCaptureStats(t, c)
+	})
 }
 
 func testCaptureSIGKILL(t *testing.T, c *pgcluster.Cluster) {
@@ -370,7 +381,7 @@ func TestCaptureRelayUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"--capture", "wal"}, `invalid --capture "wal": use poll or logical`},
-		{[]string{"--capture", "logical", "--event-types", "a.*"}, "--event-types cannot be used with --capture logical"},
+		{[]string{"--capture", "logical", "--max-batch-bytes", "1000"}, "--max-batch-bytes cannot be used with --capture logical"},
 		{[]string{"--capture", "logical", "--ordering", "aggregate"}, "--ordering aggregate cannot be used with --capture logical"},
 		{[]string{"--max-slot-lag", "100"}, "--max-slot-lag needs --capture logical"},
 	} {
@@ -381,4 +392,123 @@ func TestCaptureRelayUsage(t *testing.T) {
 	b := setup(t)
 	res := outboxCmd(t, b.schema, "relay", "--sink", "stdout:", "--capture", "logical")
 	requireFail(t, res, 2, "wal_level is not logical", "ALTER SYSTEM SET wal_level = logical")
+}
+
+// captureStats runs stats --json and returns its capture document.
+func (db captureDB) captureStats(t *testing.T) outboxadmin.CaptureJSON {
+	t.Helper()
+	res := run(t, nil, "--database-url", db.url, "--schema", db.schema, "stats", "--json")
+	requireOK(t, res)
+	var doc struct {
+		Capture *outboxadmin.CaptureJSON `json:"capture"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+	require.NotNil(t, doc.Capture, "stats --json on PostgreSQL has capture:\n%s", res.stdout)
+	return *doc.Capture
+}
+
+// stats, the admin API and the dashboard show the capture slot: after
+// migrate --logical, inactive, its retained WAL growing while no relay
+// streams; active, with the walsender's pid and the lease row's holder,
+// while a capture relay streams.
+func testCaptureStats(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	slot := outboxcdc.SlotName(db.schema, "")
+	first := db.captureStats(t)
+	require.True(t, first.Available)
+	require.Empty(t, first.Denied)
+	require.Len(t, first.Slots, 1)
+	s := first.Slots[0]
+	require.Equal(t, slot, s.Slot)
+	require.True(t, s.Exists)
+	require.False(t, s.Active)
+	require.Nil(t, s.ActivePID)
+	require.Empty(t, s.Holder)
+	require.NotNil(t, s.RetainedBytes)
+	require.NotEmpty(t, s.ConfirmedFlushLSN)
+	require.NotNil(t, s.WALStatus, "PostgreSQL 13 and later report wal_status")
+
+	// No relay streams: the slot keeps every byte written since.
+	db.insert(t, 200, "x")
+	later := db.captureStats(t).Slots[0]
+	require.Greater(t, *later.RetainedBytes, *s.RetainedBytes, "retained WAL grows while no relay streams")
+	require.Equal(t, s.ConfirmedFlushLSN, later.ConfirmedFlushLSN)
+	res := run(t, nil, "--database-url", db.url, "--schema", db.schema, "stats")
+	requireOK(t, res)
+	require.Contains(t, res.stdout, "capture slots (relay --capture logical): 1")
+	require.Regexp(t, slot+`\s+inactive: no relay streams from it, retains \d+(\.\d)? [KM]iB of WAL`, res.stdout)
+
+	srv := newCaptureServer(t)
+	relay := start(t, nil, db.relayArgs(srv.URL, "streamer")...)
+	var active outboxadmin.CaptureSlotJSON
+	testutil.WaitFor(t, 30*time.Second, "stats shows the slot active", func() bool {
+		require.False(t, relay.exited(), "relay exited; stderr:\n%s", relay.stderr.String())
+		active = db.captureStats(t).Slots[0]
+		return active.Active && active.Holder == "streamer" && db.count(t, `status = 'processed'`) == 200
+	})
+	require.NotNil(t, active.ActivePID)
+	require.Positive(t, *active.ActivePID)
+	require.False(t, active.HolderExpired)
+	require.NotNil(t, active.HolderUntil)
+	res = run(t, nil, "--database-url", db.url, "--schema", db.schema, "stats")
+	requireOK(t, res)
+	require.Regexp(t, slot+fmt.Sprintf(`\s+active \(pid %d\), .*held by streamer`, *active.ActivePID), res.stdout)
+
+	// The admin API answers the same document.
+	_, base := startAdmin(t, db.url, db.schema, nil, "--addr", "127.0.0.1:0")
+	code, body := adminGet(t, base+"api/capture")
+	require.Equal(t, http.StatusOK, code, body)
+	var api outboxadmin.CaptureJSON
+	require.NoError(t, json.Unmarshal([]byte(body), &api))
+	require.True(t, api.Available)
+	require.Len(t, api.Slots, 1)
+	require.True(t, api.Slots[0].Active)
+	require.Equal(t, "streamer", api.Slots[0].Holder)
+
+	// The dashboard's overview lists it.
+	br := newBrowser(t)
+	br.do("open the overview", chromedp.Navigate(base))
+	br.waitJS("the capture panel", `document.querySelector('#overview-capture')?.hidden === false &&
+		[...document.querySelectorAll('#overview-capture tr[data-slot]')].map(r => r.dataset.slot + ':' + r.dataset.state).join() === '`+slot+`:active'`)
+	text := br.text("#overview-capture")
+	require.Contains(t, text, "Capture slots")
+	require.Contains(t, text, "streamer")
+	br.screenshot("overview-capture")
+	require.Equal(t, 0, relay.stop(t, syscall.SIGTERM), relay.stderr.String())
+}
+
+// A capture relay with --event-types streams only its types; a poll relay
+// with other --event-types on the same table delivers the rest, each
+// event once, and is reminded (not warned) that a capture relay streams.
+func testCaptureEventTypes(t *testing.T, c *pgcluster.Cluster) {
+	db := newCaptureDB(t, c)
+	streamSrv, pollSrv := newCaptureServer(t), newCaptureServer(t)
+	capture := start(t, nil, db.relayArgs(streamSrv.URL, "capture", "--event-types", "a.*")...)
+	testutil.WaitFor(t, 20*time.Second, "the capture relay streams", func() bool {
+		require.False(t, capture.exited(), "capture relay exited; stderr:\n%s", capture.stderr.String())
+		return db.holder(t) == "capture"
+	})
+	a := db.insert(t, 20, "a.x")
+	b := db.insert(t, 20, "b.x")
+	testutil.WaitFor(t, 20*time.Second, "the a events processed", func() bool {
+		return db.count(t, `status = 'processed' AND event_type = 'a.x'`) == 20
+	})
+	require.Equal(t, 20, db.count(t, `status = 'pending' AND event_type = 'b.x' AND attempts = 0`), "b events left pending")
+	poll := start(t, nil, "--database-url", db.url, "--schema", db.schema, "relay", "--sink", pollSrv.URL, "--relay-id", "poll",
+		"--event-types", "b.*", "--poll-interval", "100ms", "--log-level", "info")
+	testutil.WaitFor(t, 20*time.Second, "the b events processed", func() bool {
+		require.False(t, poll.exited(), "poll relay exited; stderr:\n%s", poll.stderr.String())
+		return db.count(t, `status = 'processed'`) == 40
+	})
+	for srv, ids := range map[*captureServer][]int64{streamSrv: a, pollSrv: b} {
+		acked := srv.ackedIDs()
+		require.Len(t, acked, len(ids), "each relay delivers its own types only")
+		for _, id := range ids {
+			require.Equal(t, 1, acked[id], "event %d", id)
+		}
+	}
+	require.Contains(t, poll.stderr.String(), "make sure it serves other --event-types than this relay")
+	require.NotContains(t, poll.stderr.String(), "level=WARN")
+	require.Equal(t, 0, poll.stop(t, syscall.SIGTERM), poll.stderr.String())
+	require.Equal(t, 0, capture.stop(t, syscall.SIGTERM), capture.stderr.String())
 }

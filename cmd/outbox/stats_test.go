@@ -112,6 +112,7 @@ func TestStatsHealthOnSQLDatabases(t *testing.T) {
 		require.Nil(t, doc["vacuum_horizon"])
 		require.Nil(t, doc["innodb_history_length"])
 		require.Equal(t, map[string]any{"total": 0.0, "aggregates": []any{}}, doc["blocked_aggregates"], "SQLite has ordered delivery")
+		require.NotContains(t, doc, "capture", "no logical replication on SQLite")
 		file := doc["sqlite_file"].(map[string]any)
 		require.Positive(t, file["bytes"])
 		require.Contains(t, file, "wal_bytes")
@@ -139,6 +140,7 @@ func TestStatsHealthOnSQLDatabases(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 		require.GreaterOrEqual(t, doc["innodb_history_length"], 0.0)
 		require.Nil(t, doc["sqlite_file"])
+		require.NotContains(t, doc, "capture", "no logical replication on MariaDB")
 		hz := doc["vacuum_horizon"].(map[string]any)
 		require.Nil(t, hz["xid_age"], "InnoDB has no transaction ID age")
 		for _, tb := range doc["tables"].([]any) {
@@ -159,7 +161,8 @@ func TestStatsEmpty(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 	require.Equal(t, []any{}, doc["relays"], "no relay runs")
 	require.Equal(t, map[string]any{"total": 0.0, "aggregates": []any{}}, doc["blocked_aggregates"], "no ordered delivery waits")
-	for _, k := range []string{"tables", "vacuum_horizon", "innodb_history_length", "sqlite_file", "relays", "blocked_aggregates"} {
+	require.Equal(t, map[string]any{"available": true, "slots": []any{}}, doc["capture"], "PostgreSQL, no capture slot")
+	for _, k := range []string{"tables", "vacuum_horizon", "innodb_history_length", "sqlite_file", "relays", "blocked_aggregates", "capture"} {
 		require.Contains(t, doc, k)
 		delete(doc, k)
 	}

@@ -126,7 +126,10 @@ type ClaimParams struct {
 	// table, those written before the slot existed (visible in the
 	// snapshot recorded with it in outbox_capture), those written with a
 	// delay, and those whose row changed since it was written (a failed
-	// publish, a requeue).
+	// publish, a requeue), and the stream's rows it missed (the safety
+	// net). It looks only at the oldest due pending rows, ten batches and
+	// at least 1,000, so that the stream's backlog does not make every
+	// claim read all of it.
 	CaptureSlot string
 }
 
@@ -335,4 +338,50 @@ type TenantDiscoverer interface {
 	// ListenSchemas calls wake with the schema each writer's notification
 	// names, on one connection for the whole database, until ctx ends.
 	ListenSchemas(ctx context.Context, wake func(schema string), connected func(), onErr func(error))
+}
+
+// ReplicationSlot is what the server says of a capture relay's logical
+// replication slot (pg_replication_slots), with the lease row of the relay
+// streaming from it. A pointer is nil where the server does not report
+// the figure.
+type ReplicationSlot struct {
+	Name string
+	// Exists is false for a slot recorded in outbox_capture that the
+	// server no longer has (dropped by hand, or lost in a failover).
+	Exists    bool
+	Active    bool
+	ActivePID *int64
+	// RetainedBytes is the WAL the slot keeps on the server's disk (from
+	// restart_lsn to the current position); UnconfirmedBytes the WAL
+	// written since confirmed_flush_lsn.
+	RetainedBytes, UnconfirmedBytes *int64
+	ConfirmedFlushLSN               string
+	// WALStatus and SafeWALSize are pg_replication_slots.wal_status and
+	// safe_wal_size (PostgreSQL 13 and later; safe_wal_size is NULL
+	// without max_slot_wal_keep_size).
+	WALStatus   *string
+	SafeWALSize *int64
+	// Holder is the relay named by the slot's lease row (capture:<slot>
+	// in outbox_leases), "" for none; HolderUntil is when that row
+	// expires by the database clock (zero for none), HolderExpired
+	// whether it already did.
+	Holder        string
+	HolderUntil   time.Time
+	HolderExpired bool
+}
+
+// CaptureSlots is a driver's answer about its capture slots: the slots,
+// or, when the role may not read them, why.
+type CaptureSlots struct {
+	Slots []ReplicationSlot
+	// Denied is the database's refusal (insufficient privilege), with
+	// what to grant; empty when the slots were read.
+	Denied string
+}
+
+// CaptureInspector is implemented by drivers whose database can feed a
+// change-data-capture relay (PostgreSQL's logical replication).
+type CaptureInspector interface {
+	// ReplicationSlots reads the capture slots recorded for the schema.
+	ReplicationSlots(ctx context.Context) (CaptureSlots, error)
 }

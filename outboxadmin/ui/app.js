@@ -286,17 +286,19 @@
     const relaysBox = h('div', { id: 'overview-relays' });
     const tablesBox = h('div', { id: 'overview-tables' });
     const consumersPanel = h('section', { class: 'panel', id: 'overview-consumers', hidden: true });
+    const capturePanel = h('section', { class: 'panel', id: 'overview-capture', hidden: true });
     const tenantsBox = h('div', { id: 'overview-tenants' });
     const tenants = state.info.tenants;
     main.replaceChildren(
       h('h1', {}, 'Overview', tenants ? ' · ' + state.tenant : ''),
-      tenants ? h('section', { class: 'panel' }, h('h2', {}, 'Tenants, most lagging first'), tenantsBox) : null,
+      tenants ? h('section', { class: 'panel' }, h('h2', {}, 'Tenants, most lagging first'), tenantsBox) : '',
       cards,
       h('div', { class: 'charts' },
         h('section', { class: 'panel' }, h('h2', {}, 'Throughput (events/s)'), charts.throughput),
         h('section', { class: 'panel' }, h('h2', {}, 'Publisher lag'), charts.lag),
         h('section', { class: 'panel' }, h('h2', {}, 'Waiting and failed events'), charts.counts)),
       h('section', { class: 'panel' }, h('h2', {}, 'Relays'), relaysBox),
+      capturePanel,
       consumersPanel,
       h('section', { class: 'panel' }, h('h2', {}, 'Tables'), tablesBox));
 
@@ -325,8 +327,8 @@
       ], fmtInt);
     };
     const refresh = async () => {
-      const [st, rel, health, cons, ten] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health'), api('consumers'),
-        tenants ? api('tenants') : null]);
+      const [st, rel, health, cons, cap, ten] = await Promise.all([api('stats' + (since ? '?since=' + since : '')), api('relays'), api('health'), api('consumers'),
+        api('capture'), tenants ? api('tenants') : null]);
       if (stale(gen)) return;
       if (ten) {
         tenantsBox.replaceChildren(tenantsTable(ten.tenants));
@@ -342,6 +344,10 @@
       draw();
       relaysBox.replaceChildren(relaysTable(rel.relays));
       tablesBox.replaceChildren(...healthView(health));
+      // The capture slots (relay --capture logical) show only where one is
+      // recorded, or where the role may not read them.
+      capturePanel.hidden = !(cap.slots.length || cap.denied);
+      if (!capturePanel.hidden) capturePanel.replaceChildren(h('h2', {}, 'Capture slots (relay --capture logical)'), captureView(cap));
       consumersPanel.hidden = !cons.available;
       if (cons.available) consumersPanel.replaceChildren(h('h2', {}, 'Consumers (inbox)'), consumersTable(cons.consumers));
     };
@@ -470,6 +476,31 @@
       td('Unprocessed', fmtInt(c.unprocessed), 'num'),
       td('Oldest unprocessed', fmtDuration(c.oldest_unprocessed_age_seconds), 'num'),
     ], 'Every consumer has processed every message it received.', (c) => ({ consumer: c.consumer }));
+  }
+
+  // captureView lists the logical replication slots of relay --capture
+  // logical (GET /api/capture): whether a relay streams from each, and the
+  // WAL it keeps on the server's disk; '–' is a figure the server does not
+  // report.
+  function captureView(cap) {
+    if (cap.denied) return h('p', { class: 'muted', id: 'capture-denied' }, 'Unknown: ' + cap.denied);
+    const n = (v) => (v === null || v === undefined ? '–' : fmtBytes(v));
+    const status = (c) => {
+      if (!c.exists) return 'missing on the server';
+      if (c.active) return 'active' + (c.active_pid ? ' (pid ' + c.active_pid + ')' : '');
+      return h('span', { class: 'error', title: 'No relay streams from it: it keeps WAL until one does or it is dropped (outbox migrate --drop-logical)' }, 'inactive');
+    };
+    const holder = (c) => (!c.holder ? '–' : c.holder_expired ? c.holder + ' (lease expired)' : c.holder);
+    return table(['Slot', 'Status', 'Holder', 'Retained WAL', 'Unconfirmed', 'Confirmed LSN', 'WAL status', 'Safe WAL size'], cap.slots, (c) => [
+      td('Slot', c.slot, 'mono'),
+      td('Status', status(c)),
+      td('Holder', holder(c), 'mono'),
+      td('Retained WAL', n(c.retained_bytes), 'num'),
+      td('Unconfirmed', n(c.unconfirmed_bytes), 'num'),
+      td('Confirmed LSN', c.confirmed_flush_lsn || '–', 'mono'),
+      td('WAL status', c.wal_status || '–'),
+      td('Safe WAL size', n(c.safe_wal_size), 'num'),
+    ], 'No capture slot.', (c) => ({ slot: c.slot, state: !c.exists ? 'missing' : c.active ? 'active' : 'inactive' }));
   }
 
   // healthView shows the outbox tables' size and garbage, and what holds

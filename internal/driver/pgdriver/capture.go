@@ -52,6 +52,17 @@ func captureMissed(a, slot string) string {
 	return `coalesce(age((` + a + `txid::text::bigint % 4294967296)::text::xid) > (SELECT age(s.catalog_xmin) FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = ` + slot + `::text), false)`
 }
 
+// captureClaimWindow is how many due pending rows, the oldest first, the
+// table path of a capture relay looks at per claim (queries.go,
+// claimCapture): ten batches, at least CaptureClaimWindowMin, so that the
+// rows it owns among the stream's backlog are found while the claim reads
+// a bounded slice of the index however large the backlog grows.
+func captureClaimWindow(batch int) int { return max(10*batch, CaptureClaimWindowMin) }
+
+// CaptureClaimWindowMin is the least number of due pending rows the table
+// path of a capture relay looks at per claim.
+const CaptureClaimWindowMin = 1000
+
 // CaptureSlot is a capture relay's replication slot and publication, as
 // recorded in outbox_capture.
 type CaptureSlot struct {

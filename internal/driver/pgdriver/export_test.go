@@ -5,6 +5,14 @@ import "github.com/outboxkit/outbox/internal/driver"
 // ClaimSQL exposes the claim statement to plan tests.
 func ClaimSQL(d *Driver) string { return d.q.claim }
 
+// ClaimCaptureSQL exposes the table path's claim of a capture relay to
+// plan tests.
+func ClaimCaptureSQL(d *Driver) string { return d.q.claimCapture }
+
+// ClaimCaptureFilteredSQL exposes the table path's claim of a capture
+// relay serving some event types to plan tests.
+func ClaimCaptureFilteredSQL(d *Driver) string { return d.q.claimCaptureFiltered }
+
 // ClaimBudgetSQL exposes the claim statement with a byte budget to plan
 // tests.
 func ClaimBudgetSQL(d *Driver) string { return d.q.claimBudget }

@@ -304,15 +304,24 @@ func TestClaimPlanUsesPendingIndexUnderGenericPlan(t *testing.T) {
 	defer func() { _ = tx.Rollback(b.ctx) }()
 	_, err = tx.Exec(b.ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
+	require.NoError(t, b.drv.EnsureCaptureTable(b.ctx))
 	for name, prepare := range map[string]string{
-		"claim":        `PREPARE claim_plan(int, text, bigint) AS ` + pgdriver.ClaimSQL(b.drv),
-		"claim_budget": `PREPARE claim_budget_plan(int, text, bigint, bigint) AS ` + pgdriver.ClaimBudgetSQL(b.drv),
+		"claim":         `PREPARE claim_plan(int, text, bigint) AS ` + pgdriver.ClaimSQL(b.drv),
+		"claim_budget":  `PREPARE claim_budget_plan(int, text, bigint, bigint) AS ` + pgdriver.ClaimBudgetSQL(b.drv),
+		"claim_capture": `PREPARE claim_capture_plan(int, text, bigint, text, int) AS ` + pgdriver.ClaimCaptureSQL(b.drv),
+		"claim_capture_filtered": `PREPARE claim_capture_filtered_plan(int, text, bigint, text, int, text[]) AS ` +
+			pgdriver.ClaimCaptureFilteredSQL(b.drv),
 	} {
 		_, err = tx.Exec(b.ctx, prepare)
 		require.NoError(t, err)
 		args := "(100, 'r', 30000)"
-		if name == "claim_budget" {
+		switch name {
+		case "claim_budget":
 			args = "(100, 'r', 30000, 1048576)"
+		case "claim_capture":
+			args = "(100, 'r', 30000, 'slot', 1000)"
+		case "claim_capture_filtered":
+			args = "(100, 'r', 30000, 'slot', 1000, '{a.%}')"
 		}
 		rows, err := tx.Query(b.ctx, `EXPLAIN EXECUTE `+name+`_plan`+args)
 		require.NoError(t, err)
@@ -324,6 +333,11 @@ func TestClaimPlanUsesPendingIndexUnderGenericPlan(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan", plan)
 		// The join to the table is by its primary key, never a scan of it.
 		require.Contains(t, plan, "outbox_events_pkey", plan)
+		if strings.HasPrefix(name, "claim_capture") {
+			// The window's bound is an index condition: the scan stops
+			// at the window's end, whatever the filter rejects.
+			require.Regexp(t, `Index Cond: \(.*ROW\(available_at, id\) <= ROW\(\$\d+, \$\d+\)`, plan)
+		}
 	}
 }
 

@@ -6,7 +6,7 @@ import "strings"
 type queries struct {
 	claim, claimFiltered                           string
 	claimBudget, claimFilteredBudget               string
-	claimCapture                                   string
+	claimCapture, claimCaptureFiltered             string
 	markProcessed, markFailed, release             string
 	rescueSelect, rescue                           string
 	markDeleted, markArchived, purgeArchive        string
@@ -78,8 +78,38 @@ RETURNING ` + claimColumns
 	// The table path of a capture relay (driver.ClaimParams.CaptureSlot)
 	// takes what the stream leaves to it: the negation of captureStreamed,
 	// and, as a safety net, the stream's rows it missed (captureMissed).
+	// The rows it skips are the stream's backlog, which can be large (a
+	// burst, a slow sink): without a bound the scan would read every one
+	// of them on every poll. So it looks only at the first $5 due pending
+	// rows in claim order (captureClaimWindow), the window's last key
+	// found by an index-only range scan of outbox_events_pending_idx (an
+	// InitPlan; the sentinel row makes it "no bound" when fewer rows are
+	// pending) and used as a row comparison, which is an index condition
+	// of the claim's own range scan. What the table path owns behind the
+	// window (a retry or a delayed event due after more unsettled stream
+	// rows than the window holds) waits until the stream has settled them
+	// or, for the safety net, until they count as missed: the window moves
+	// as the stream advances, and the oldest rows, where a missed row
+	// sorts, are always in it.
 	capture := strings.TrimSuffix(t, `outbox_events"`) + `outbox_capture"`
-	q.claimCapture = claim("\n      AND (NOT (" + captureStreamed(capture, "", "$4") + ") OR " + captureMissed("", "$4") + ")")
+	// With event types (a capture relay serving some types) the window is
+	// of those types' rows only: rows of other types, left pending for
+	// their own relays, must not fill it while those relays are down. The
+	// window's scan then reads past the other types' rows, as a poll
+	// relay's claim with event types does.
+	captureClaim := func(filter, windowFilter string) string {
+		return claim(filter + `
+      AND (available_at, id) <= (
+          SELECT b.available_at, b.id FROM (
+              (SELECT 0 AS k, w.available_at, w.id FROM ` + t + ` w
+               WHERE w.status = 'pending' AND w.available_at <= now()` + windowFilter + `
+               ORDER BY w.available_at, w.id OFFSET $5 - 1 LIMIT 1)
+              UNION ALL SELECT 1, 'infinity', 9223372036854775807
+          ) b ORDER BY b.k LIMIT 1)
+      AND (NOT (` + captureStreamed(capture, "", "$4") + `) OR ` + captureMissed("", "$4") + ")")
+	}
+	q.claimCapture = captureClaim("", "")
+	q.claimCaptureFiltered = captureClaim("\n      AND event_type LIKE ANY($6::text[])", " AND w.event_type LIKE ANY($6::text[])")
 
 	// With a byte budget (RelayConfig.MaxBatchBytes) the claim takes the
 	// locked rows in claim order while their running total of stored bytes

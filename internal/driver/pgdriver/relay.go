@@ -18,8 +18,12 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 		err  error
 	)
 	switch {
+	case p.CaptureSlot != "" && len(p.EventTypes) > 0:
+		rows, err = d.pool.Query(ctx, d.q.claimCaptureFiltered, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), p.CaptureSlot,
+			captureClaimWindow(p.BatchSize), driver.LikePatterns(p.EventTypes))
 	case p.CaptureSlot != "":
-		rows, err = d.pool.Query(ctx, d.q.claimCapture, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), p.CaptureSlot)
+		rows, err = d.pool.Query(ctx, d.q.claimCapture, p.BatchSize, p.RelayID, p.Lease.Milliseconds(), p.CaptureSlot,
+			captureClaimWindow(p.BatchSize))
 	case len(p.EventTypes) == 0 && p.MaxBytes <= 0:
 		rows, err = d.pool.Query(ctx, d.q.claim, p.BatchSize, p.RelayID, p.Lease.Milliseconds())
 	case len(p.EventTypes) == 0:

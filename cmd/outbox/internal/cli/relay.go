@@ -338,7 +338,7 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 		return a.tableError(err)
 	}
 	if pgPool != nil {
-		a.warnCaptureSlots(ctx, pgPool, cfg.Schema)
+		a.warnCaptureSlots(ctx, pgPool, cfg.Schema, cfg.EventTypes)
 	}
 	observers, err := a.startObservers(ctx, obs, db, &cfg, sinkName)
 	if err != nil {

@@ -38,8 +38,6 @@ func checkCapture(m *merger, rf *relayFlags, ordering outbox.Ordering) error {
 		return usagef("invalid %s: is empty: name the relay group, or leave it out for %q", m.name("capture-group"), outboxcdc.GroupDefault)
 	case rf.maxSlotLag <= 0:
 		return usagef("invalid %s %d: use a positive number of bytes", m.name("max-slot-lag"), rf.maxSlotLag)
-	case len(rf.eventTypes) > 0:
-		return usagef("%s cannot be used with --capture logical: the slot streams every event of the table; run a poll relay on another schema for other sinks", m.name("event-types"))
 	case rf.cfg.MaxBatchBytes > 0:
 		return usagef("%s cannot be used with --capture logical", m.name("max-batch-bytes"))
 	case ordering == outbox.OrderingAggregate:
@@ -75,7 +73,7 @@ func (a *app) runCaptureRelay(ctx context.Context, pc *pgxpool.Config, cfg outbo
 	}
 	defer observers.stop()
 	ccfg := outboxcdc.Config{Sink: cfg.Sink, Schema: cfg.Schema, Group: group, RelayID: cfg.RelayID,
-		Retention: cfg.Retention, BatchSize: cfg.BatchSize, SinkTimeout: cfg.SinkTimeout,
+		Retention: cfg.Retention, BatchSize: cfg.BatchSize, SinkTimeout: cfg.SinkTimeout, EventTypes: cfg.EventTypes,
 		MaxAttempts: cfg.MaxAttempts, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		MaxSlotLag: maxSlotLag, Logger: a.logger}
 	if observers.metrics != nil {
@@ -132,9 +130,10 @@ func (a *app) runCaptureRelay(ctx context.Context, pc *pgxpool.Config, cfg outbo
 // slots of the schema: one that no relay streams from keeps WAL on the
 // server's disk; one that a capture relay streams from means this poll
 // relay competes with it for fresh events, each then possibly delivered
-// twice. PgBouncer in transaction mode hides nothing here: the query is
+// twice, unless the two serve different event types (types: this poll
+// relay's). PgBouncer in transaction mode hides nothing here: the query is
 // plain.
-func (a *app) warnCaptureSlots(ctx context.Context, pool *pgxpool.Pool, schema string) {
+func (a *app) warnCaptureSlots(ctx context.Context, pool *pgxpool.Pool, schema string, types []string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	slots, err := outboxcdc.Slots(ctx, pool, schema)
@@ -143,6 +142,11 @@ func (a *app) warnCaptureSlots(ctx context.Context, pool *pgxpool.Pool, schema s
 		return
 	}
 	for _, s := range slots {
+		if s.Active && len(types) > 0 {
+			a.logger.Info("a relay --capture logical streams from this table: make sure it serves other --event-types than this relay, or each event of a type both serve may be delivered twice (docs/cdc.md, Both modes side by side)",
+				"slot", s.Name, "event_types", types)
+			continue
+		}
 		if s.Active {
 			a.logger.Warn("a relay --capture logical streams from this table: this poll relay claims the same fresh events, and each may be delivered twice; run it on another schema, or stop it and let the capture relays' table path retry failures (docs/cdc.md, Both modes side by side)",
 				"slot", s.Name)

@@ -33,6 +33,9 @@ type statsDocJSON struct {
 	// Consumers is the inbox's backlog per consumer, present when the
 	// schema has inbox_messages (outbox migrate --inbox).
 	Consumers *[]consumerLagJSON `json:"consumers,omitempty"`
+	// Capture is the logical replication slots of relay --capture
+	// logical, present on PostgreSQL only: the admin API's CaptureJSON.
+	Capture *outboxadmin.CaptureJSON `json:"capture,omitempty"`
 }
 
 // consumerLagJSON is one consumer's backlog in inbox_messages: the admin
@@ -137,7 +140,12 @@ processing, processed, failed, oldest_pending_age_seconds,
 dead_letter_retry_waiting, dead_letter_retry_next_due, tables,
 vacuum_horizon, innodb_history_length, sqlite_file and relays (as the
 admin API's GET /api/relays); a figure the database does not report is
-null. It also has blocked_aggregates: the aggregates whose
+null. On PostgreSQL it also has capture: the logical replication slots of relay
+--capture logical (as the admin API's GET /api/capture: available, slots
+with slot, exists, active, active_pid, retained_bytes, unconfirmed_bytes,
+confirmed_flush_lsn, wal_status, safe_wal_size, holder, holder_until and
+holder_expired, and denied when the role may not read them); without
+--json they are listed only when a slot is recorded. It also has blocked_aggregates: the aggregates whose
 ordered delivery (relay --ordering aggregate) waits behind a failed first
 event, with total and the first 20 (aggregate_type, aggregate_id, head_id,
 head_status, waiting). Failed
@@ -204,13 +212,25 @@ longer --interval.`,
 			if err != nil {
 				return err
 			}
+			slots, err := m.CaptureSlots(cmd.Context())
+			if err != nil {
+				return err
+			}
 			if asJSON {
-				return writeJSON(a.stdout, statsDocJSON{statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)}, blocked, consumers})
+				doc := statsDocJSON{statsRelaysJSON{healthDocument(statsDocument(s), h), outboxadmin.NewRelaysJSON(relays)}, blocked, consumers, nil}
+				if slots != nil {
+					c := outboxadmin.NewCaptureJSON(slots)
+					doc.Capture = &c
+				}
+				return writeJSON(a.stdout, doc)
 			}
 			if err := writeStatsTable(a.stdout, s, nil, h, relays); err != nil {
 				return err
 			}
 			if err := writeBlocked(a.stdout, blocked); err != nil {
+				return err
+			}
+			if err := writeCaptureSlots(a.stdout, slots); err != nil {
 				return err
 			}
 			return writeConsumers(a.stdout, consumers)
