@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/route"
+	"github.com/outboxkit/outbox/sink/amqpsink"
+	"github.com/outboxkit/outbox/sink/natssink"
+	"github.com/outboxkit/outbox/sink/redissink"
+)
+
+// benchCleanupTimeout bounds removing what a bench's --sink created.
+const benchCleanupTimeout = 30 * time.Second
+
+// brokerCleanup removes, after a bench, what the bench's --sink created on
+// its broker and did not find there before: the NATS stream of
+// create_stream, the Redis stream keys its events went to, the RabbitMQ
+// exchange of declare_exchange. What existed before the bench stays,
+// including the messages the bench published into it. MQTT (clean
+// session, messages not retained) and webhooks leave nothing to remove.
+type brokerCleanup struct {
+	// wrap, when set, wraps the opened sink to see what it creates.
+	wrap func(outbox.Sink) outbox.Sink
+	// remove removes what was created and says what it removed.
+	remove func(ctx context.Context) ([]string, error)
+}
+
+// prepareBenchCleanup looks at the broker raw names before the bench's
+// sink is opened (which may create a stream or an exchange). It returns
+// nil when the sink creates nothing to remove.
+func prepareBenchCleanup(ctx context.Context, raw string) (*brokerCleanup, error) {
+	switch sinkSchemeOf(raw) {
+	case "nats":
+		return natsCleanup(ctx, raw)
+	case "redis", "rediss":
+		return redisCleanup(raw)
+	case "amqp", "amqps":
+		return amqpCleanup(ctx, raw)
+	}
+	return nil, nil
+}
+
+// natsCleanup deletes the stream create_stream names when it did not exist
+// before the bench.
+func natsCleanup(ctx context.Context, raw string) (*brokerCleanup, error) {
+	cfg, err := natssink.ConfigFromURL(raw)
+	if err != nil || !cfg.CreateStream || cfg.Stream == "" {
+		return nil, nil //nolint:nilerr // openSink reports a bad URL
+	}
+	stream := cfg.Stream
+	// A sink that checks no stream: the connection with the URL's
+	// servers, credentials and TLS.
+	probe := cfg
+	probe.Stream, probe.CreateStream, probe.StreamSubjects = "", false, nil
+	open := func(ctx context.Context) (jetstream.JetStream, func(), error) {
+		s, err := natssink.New(ctx, probe)
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(s.Conn())
+		if err != nil {
+			_ = s.Close()
+			return nil, nil, err
+		}
+		return js, func() { _ = s.Close() }, nil
+	}
+	js, done, err := open(ctx)
+	if err != nil {
+		return nil, nil //nolint:nilerr // openSink reports the same connect error
+	}
+	defer done()
+	switch _, err := js.Stream(ctx, stream); {
+	case err == nil:
+		return nil, nil // the user's stream: it stays
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("bench: look up NATS stream %q: %w", stream, err)
+	}
+	return &brokerCleanup{remove: func(ctx context.Context) ([]string, error) {
+		js, done, err := open(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("connect to remove NATS stream %q: %w", stream, err)
+		}
+		defer done()
+		if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("delete NATS stream %q: %w", stream, err)
+		}
+		return []string{"NATS stream " + stream}, nil
+	}}, nil
+}
+
+// amqpCleanup deletes the exchange declare_exchange names when it did not
+// exist before the bench.
+func amqpCleanup(ctx context.Context, raw string) (*brokerCleanup, error) {
+	cfg, err := amqpsink.ConfigFromURL(raw)
+	if err != nil || !cfg.DeclareExchange || cfg.Exchange == "" {
+		return nil, nil //nolint:nilerr // openSink reports a bad URL
+	}
+	exchange := cfg.Exchange
+	cfg.DeclareExchange = false // Dial would declare it
+	exists, err := amqpExchangeExists(ctx, cfg)
+	if err != nil || exists {
+		return nil, nil //nolint:nilerr // openSink reports the same connect error
+	}
+	return &brokerCleanup{remove: func(ctx context.Context) ([]string, error) {
+		conn, err := amqpsink.Dial(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("connect to remove RabbitMQ exchange %q: %w", exchange, err)
+		}
+		defer func() { _ = conn.Close() }()
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, fmt.Errorf("remove RabbitMQ exchange %q: %w", exchange, err)
+		}
+		if err := ch.ExchangeDelete(exchange, false, false); err != nil {
+			return nil, fmt.Errorf("delete RabbitMQ exchange %q: %w", exchange, err)
+		}
+		return []string{"RabbitMQ exchange " + exchange}, nil
+	}}, nil
+}
+
+// amqpExchangeExists declares cfg's exchange passively, which fails with
+// 404 NOT_FOUND (and closes the channel) when it is missing.
+func amqpExchangeExists(ctx context.Context, cfg amqpsink.Config) (bool, error) {
+	conn, err := amqpsink.Dial(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, err
+	}
+	err = ch.ExchangeDeclarePassive(cfg.Exchange, cfg.WithDefaults().ExchangeType, true, false, false, false, nil)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// redisCleanup deletes the stream keys the bench's events went to that did
+// not exist before: the sink's router names them, and each key is looked
+// up the first time an event goes to it, before the sink's XADD creates it.
+func redisCleanup(raw string) (*brokerCleanup, error) {
+	cfg, err := redissink.ConfigFromURL(raw)
+	if err != nil {
+		return nil, nil //nolint:nilerr // openSink reports a bad URL
+	}
+	router := cfg.Router
+	if router == nil {
+		router, _ = route.New("") // the sink's default; always parses
+	}
+	t := &redisKeys{router: router, seen: map[string]bool{}}
+	return &brokerCleanup{
+		wrap: func(s outbox.Sink) outbox.Sink {
+			if rs, ok := s.(*redissink.Sink); ok {
+				t.inner = rs
+				return t
+			}
+			return s
+		},
+		remove: t.remove,
+	}, nil
+}
+
+// redisKeys is a sink that passes events to a redissink.Sink after
+// noting which of their stream keys are new.
+type redisKeys struct {
+	inner  *redissink.Sink
+	router *route.Router
+
+	mu      sync.Mutex
+	seen    map[string]bool
+	created []string // keys that did not exist when first seen
+	err     error    // the first failed lookup
+}
+
+func (t *redisKeys) Publish(ctx context.Context, events []outbox.Event) []error {
+	t.note(ctx, events)
+	return t.inner.Publish(ctx, events)
+}
+
+// note looks up the stream keys of events not seen before. It holds the
+// lock through the lookup, so no other batch creates one of these keys
+// before it: one pipelined round trip per batch with new keys (with a
+// route per aggregate, every batch).
+func (t *redisKeys) note(ctx context.Context, events []outbox.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var fresh []string
+	for i := range events {
+		if key := t.router.Route(&events[i]); !t.seen[key] {
+			t.seen[key] = true
+			fresh = append(fresh, key)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	pipe := t.inner.Client().Pipeline()
+	cmds := make([]*redis.IntCmd, len(fresh))
+	for i, k := range fresh {
+		cmds[i] = pipe.Exists(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if t.err == nil {
+			t.err = err
+		}
+		return
+	}
+	for i, k := range fresh {
+		if cmds[i].Val() == 0 {
+			t.created = append(t.created, k)
+		}
+	}
+}
+
+// remove deletes the keys that were new, in chunks.
+func (t *redisKeys) remove(ctx context.Context) ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.inner == nil {
+		return nil, nil
+	}
+	var removed []string
+	for chunk := range slices.Chunk(t.created, 1000) {
+		if err := t.inner.Client().Del(ctx, chunk...).Err(); err != nil {
+			return removed, fmt.Errorf("delete Redis keys: %w", err)
+		}
+		for _, k := range chunk {
+			removed = append(removed, "Redis stream "+k)
+		}
+	}
+	if t.err != nil {
+		return removed, fmt.Errorf("some Redis keys could not be looked up, so they stay: %w", t.err)
+	}
+	return removed, nil
+}
+
+// run removes what c names, bounded by benchCleanupTimeout also after an
+// interrupt, and says on stderr what it removed or could not.
+func (a *app) runBenchCleanup(ctx context.Context, c *brokerCleanup) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+	defer cancel()
+	removed, err := c.remove(ctx)
+	if len(removed) > 0 {
+		notef(a.stderr, "outbox bench: removed what the bench created: %s (--keep leaves it)\n", describeRemoved(removed))
+	}
+	if err != nil {
+		notef(a.stderr, "outbox bench: could not remove what the bench created on the broker: %s; remove it by hand\n", a.redact.String(err.Error()))
+	}
+}
+
+// describeRemoved shortens a list of removed things for one line.
+func describeRemoved(removed []string) string {
+	if len(removed) <= 3 {
+		return strings.Join(removed, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(removed[:3], ", "), len(removed)-3)
+}
