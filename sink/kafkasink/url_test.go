@@ -126,6 +126,8 @@ func FuzzConfigFromURL(f *testing.F) {
 		"kafka://u:p@a:1,b:2?sasl=plain&route=t",
 		"kafka://[::1]:9092?tls=true&compression=zstd",
 		"kafka://h?delivery_timeout=1s",
+		"kafka://h?linger=0",
+		"kafka://h?linger=2ms&max_record_bytes=65536",
 		"kafka://:@",
 		"kafka://a,,b",
 		"kafka://h?%zz",
