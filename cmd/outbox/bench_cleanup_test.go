@@ -13,6 +13,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxkit/outbox/internal/testutil"
 )
@@ -185,4 +189,48 @@ func TestBenchRemovesRabbitMQExchangeItDeclared(t *testing.T) {
 	requireBenchOK(t, res)
 	require.True(t, exists(existing))
 	require.NotContains(t, res.stderr, "removed")
+}
+
+// TestBenchRemovesKafkaTopicsItCreated: with auto_create_topics, the topics
+// the bench's produces created are deleted after the bench; a topic that
+// existed stays.
+func TestBenchRemovesKafkaTopicsItCreated(t *testing.T) {
+	t.Parallel()
+	existing := "benchclean-existing-" + randomName()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.SeedTopics(1, existing))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	brokers := strings.Join(c.ListenAddrs(), ",")
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	exists := func(topic string) bool {
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = false
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, admin)
+		require.NoError(t, err)
+		require.Len(t, resp.Topics, 1)
+		return resp.Topics[0].ErrorCode != kerr.UnknownTopicOrPartition.Code
+	}
+
+	prefix := "benchclean-" + randomName()
+	created := prefix + ".order.created"
+	res := benchSink(t, "kafka://"+brokers+"?auto_create_topics=true&route="+url.QueryEscape(prefix+".{event_type}"))
+	require.Equal(t, 0, res.code, "exit code; stderr:\n%s", res.stderr)
+	require.Contains(t, res.stderr, "outbox bench: removed what the bench created: Kafka topic "+created)
+	require.False(t, exists(created), "the topic the bench created is gone")
+
+	res = benchSink(t, "kafka://"+brokers+"?auto_create_topics=true&route="+existing)
+	require.Equal(t, 0, res.code, "exit code; stderr:\n%s", res.stderr)
+	require.NotContains(t, res.stderr, "removed")
+	require.True(t, exists(existing))
+
+	res = benchSink(t, "kafka://"+brokers+"?auto_create_topics=true&route="+url.QueryEscape(prefix+".{event_type}"), "--keep")
+	require.Equal(t, 0, res.code, "exit code; stderr:\n%s", res.stderr)
+	require.True(t, exists(created), "--keep leaves the topic")
 }

@@ -108,8 +108,9 @@ scenarios that finished and exits 130.
 With a broker --sink, the bench removes at the end (also after Ctrl-C) what
 its sink created there and did not find before: the stream of a NATS URL's
 create_stream, the Redis stream keys its events went to, the exchange of a
-RabbitMQ URL's declare_exchange. What existed before stays, with the
-messages the bench published into it; --keep leaves everything.`,
+RabbitMQ URL's declare_exchange, the topics a Kafka URL's auto_create_topics
+let it create. What existed before stays, with the messages the bench
+published into it; --keep leaves everything.`,
 		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench drain sink --sink nats://127.0.0.1:4222\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
 			"  outbox bench --database-url sqlite:///var/lib/app/app.db drain latency\n" +
 			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency\n" +
@@ -252,7 +253,7 @@ messages the bench published into it; --keep leaves everything.`,
 	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")
 	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
-	f.BoolVar(&keep, "keep", false, "leave what the --sink created on its broker (a NATS stream of create_stream, Redis stream keys, a RabbitMQ exchange of declare_exchange); by default the bench removes what did not exist before it")
+	f.BoolVar(&keep, "keep", false, "leave what the --sink created on its broker (a NATS stream of create_stream, Redis stream keys, a RabbitMQ exchange of declare_exchange, Kafka topics of auto_create_topics); by default the bench removes what did not exist before it")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }

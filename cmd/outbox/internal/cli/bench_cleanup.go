@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,10 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/route"
 	"github.com/outboxkit/outbox/sink/amqpsink"
+	"github.com/outboxkit/outbox/sink/kafkasink"
 	"github.com/outboxkit/outbox/sink/natssink"
 	"github.com/outboxkit/outbox/sink/redissink"
 )
@@ -26,7 +31,7 @@ const benchCleanupTimeout = 30 * time.Second
 // brokerCleanup removes, after a bench, what the bench's --sink created on
 // its broker and did not find there before: the NATS stream of
 // create_stream, the Redis stream keys its events went to, the RabbitMQ
-// exchange of declare_exchange. What existed before the bench stays,
+// exchange of declare_exchange, the Kafka topics auto_create_topics made. What existed before the bench stays,
 // including the messages the bench published into it. MQTT (clean
 // session, messages not retained) and webhooks leave nothing to remove.
 type brokerCleanup struct {
@@ -47,6 +52,8 @@ func prepareBenchCleanup(ctx context.Context, raw string) (*brokerCleanup, error
 		return redisCleanup(raw)
 	case "amqp", "amqps":
 		return amqpCleanup(ctx, raw)
+	case "kafka":
+		return kafkaCleanup(raw)
 	}
 	return nil, nil
 }
@@ -157,93 +164,219 @@ func redisCleanup(raw string) (*brokerCleanup, error) {
 	if err != nil {
 		return nil, nil //nolint:nilerr // openSink reports a bad URL
 	}
-	router := cfg.Router
-	if router == nil {
-		router, _ = route.New("") // the sink's default; always parses
-	}
-	t := &redisKeys{router: router, seen: map[string]bool{}}
-	return &brokerCleanup{
-		wrap: func(s outbox.Sink) outbox.Sink {
-			if rs, ok := s.(*redissink.Sink); ok {
-				t.inner = rs
-				return t
+	var client redis.UniversalClient
+	t := &destinations{what: "Redis stream", router: cfg.Router,
+		missing: func(ctx context.Context, keys []string) ([]string, error) {
+			pipe := client.Pipeline()
+			cmds := make([]*redis.IntCmd, len(keys))
+			for i, k := range keys {
+				cmds[i] = pipe.Exists(ctx, k)
 			}
-			return s
+			if _, err := pipe.Exec(ctx); err != nil {
+				return nil, err
+			}
+			var missing []string
+			for i, k := range keys {
+				if cmds[i].Val() == 0 {
+					missing = append(missing, k)
+				}
+			}
+			return missing, nil
 		},
-		remove: t.remove,
-	}, nil
+		remove: func(ctx context.Context, keys []string) error {
+			for chunk := range slices.Chunk(keys, 1000) {
+				if err := client.Del(ctx, chunk...).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	return t.cleanup(func(s outbox.Sink) bool {
+		rs, ok := s.(*redissink.Sink)
+		if ok {
+			client = rs.Client()
+		}
+		return ok
+	}), nil
 }
 
-// redisKeys is a sink that passes events to a redissink.Sink after
-// noting which of their stream keys are new.
-type redisKeys struct {
-	inner  *redissink.Sink
-	router *route.Router
+// kafkaCleanup deletes the topics the bench's events went to that did not
+// exist before, when the URL lets a produce create them
+// (auto_create_topics): each topic is looked up the first time an event
+// goes to it, before the sink's produce creates it.
+func kafkaCleanup(raw string) (*brokerCleanup, error) {
+	cfg, err := kafkasink.ConfigFromURL(raw)
+	if err != nil || !cfg.AutoCreateTopics {
+		return nil, nil //nolint:nilerr // openSink reports a bad URL
+	}
+	// A client of its own with the sink's connection settings; its
+	// metadata requests never create a topic.
+	cfg.AutoCreateTopics = false
+	cfg.Logger = slog.New(slog.DiscardHandler) // the sink logs the brokers' trouble
+	var client *kgo.Client
+	t := &destinations{what: "Kafka topic", router: cfg.Router,
+		missing: func(ctx context.Context, topics []string) ([]string, error) {
+			req := kmsg.NewPtrMetadataRequest()
+			req.AllowAutoTopicCreation = false
+			for _, name := range topics {
+				rt := kmsg.NewMetadataRequestTopic()
+				rt.Topic = kmsg.StringPtr(name)
+				req.Topics = append(req.Topics, rt)
+			}
+			resp, err := req.RequestWith(ctx, client)
+			if err != nil {
+				return nil, err
+			}
+			var missing []string
+			for _, rt := range resp.Topics {
+				if rt.Topic != nil && rt.ErrorCode == kerr.UnknownTopicOrPartition.Code {
+					missing = append(missing, *rt.Topic)
+				}
+			}
+			return missing, nil
+		},
+		remove: func(ctx context.Context, topics []string) error {
+			req := kmsg.NewPtrDeleteTopicsRequest()
+			req.TimeoutMillis = int32(benchCleanupTimeout.Milliseconds())
+			req.TopicNames = topics
+			for _, name := range topics {
+				rt := kmsg.NewDeleteTopicsRequestTopic()
+				rt.Topic = kmsg.StringPtr(name)
+				req.Topics = append(req.Topics, rt)
+			}
+			resp, err := req.RequestWith(ctx, client)
+			if err != nil {
+				return err
+			}
+			for _, rt := range resp.Topics {
+				if err := kerr.ErrorForCode(rt.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+					var name string
+					if rt.Topic != nil {
+						name = *rt.Topic
+					}
+					return fmt.Errorf("topic %q: %w", name, err)
+				}
+			}
+			return nil
+		},
+	}
+	c := t.cleanup(func(s outbox.Sink) bool {
+		if _, ok := s.(*kafkasink.Sink); !ok {
+			return false
+		}
+		opts, err := kafkasink.ConnectOptions(cfg)
+		if err == nil {
+			client, err = kgo.NewClient(opts...)
+		}
+		if err != nil {
+			t.fail(err)
+			return false
+		}
+		return true
+	})
+	remove := c.remove
+	c.remove = func(ctx context.Context) ([]string, error) {
+		if client == nil {
+			return nil, t.err
+		}
+		defer client.Close()
+		return remove(ctx)
+	}
+	return c, nil
+}
+
+// destinations is a sink that passes events on after noting which of
+// their destinations (stream keys, topics) did not exist before, so that
+// remove deletes only those.
+type destinations struct {
+	what    string // such as "Redis stream"
+	inner   outbox.Sink
+	router  *route.Router
+	missing func(ctx context.Context, names []string) ([]string, error)
+	remove  func(ctx context.Context, names []string) error
 
 	mu      sync.Mutex
 	seen    map[string]bool
-	created []string // keys that did not exist when first seen
+	created []string // destinations missing when first seen
 	err     error    // the first failed lookup
 }
 
-func (t *redisKeys) Publish(ctx context.Context, events []outbox.Event) []error {
+// cleanup is the brokerCleanup of t; attach takes the opened sink and
+// reports whether it is the sink t expects.
+func (t *destinations) cleanup(attach func(outbox.Sink) bool) *brokerCleanup {
+	if t.router == nil {
+		t.router, _ = route.New("") // the sinks' default; always parses
+	}
+	t.seen = map[string]bool{}
+	return &brokerCleanup{
+		wrap: func(s outbox.Sink) outbox.Sink {
+			if !attach(s) {
+				return s
+			}
+			t.inner = s
+			return t
+		},
+		remove: t.removeCreated,
+	}
+}
+
+func (t *destinations) Publish(ctx context.Context, events []outbox.Event) []error {
 	t.note(ctx, events)
 	return t.inner.Publish(ctx, events)
 }
 
-// note looks up the stream keys of events not seen before. It holds the
-// lock through the lookup, so no other batch creates one of these keys
-// before it: one pipelined round trip per batch with new keys (with a
-// route per aggregate, every batch).
-func (t *redisKeys) note(ctx context.Context, events []outbox.Event) {
+// note looks up the destinations of events not seen before. It holds the
+// lock through the lookup, so no other batch creates one of them before
+// it: one round trip per batch with new destinations (with a route per
+// aggregate, every batch).
+func (t *destinations) note(ctx context.Context, events []outbox.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var fresh []string
 	for i := range events {
-		if key := t.router.Route(&events[i]); !t.seen[key] {
-			t.seen[key] = true
-			fresh = append(fresh, key)
+		if name := t.router.Route(&events[i]); !t.seen[name] {
+			t.seen[name] = true
+			fresh = append(fresh, name)
 		}
 	}
 	if len(fresh) == 0 {
 		return
 	}
-	pipe := t.inner.Client().Pipeline()
-	cmds := make([]*redis.IntCmd, len(fresh))
-	for i, k := range fresh {
-		cmds[i] = pipe.Exists(ctx, k)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	missing, err := t.missing(ctx, fresh)
+	if err != nil {
 		if t.err == nil {
 			t.err = err
 		}
 		return
 	}
-	for i, k := range fresh {
-		if cmds[i].Val() == 0 {
-			t.created = append(t.created, k)
-		}
+	t.created = append(t.created, missing...)
+}
+
+// fail records err as a failed lookup.
+func (t *destinations) fail(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = err
 	}
 }
 
-// remove deletes the keys that were new, in chunks.
-func (t *redisKeys) remove(ctx context.Context) ([]string, error) {
+// removeCreated deletes the destinations that were missing.
+func (t *destinations) removeCreated(ctx context.Context) ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.inner == nil {
-		return nil, nil
-	}
 	var removed []string
-	for chunk := range slices.Chunk(t.created, 1000) {
-		if err := t.inner.Client().Del(ctx, chunk...).Err(); err != nil {
-			return removed, fmt.Errorf("delete Redis keys: %w", err)
+	if t.inner != nil && len(t.created) > 0 {
+		if err := t.remove(ctx, t.created); err != nil {
+			return nil, fmt.Errorf("delete %ss: %w", t.what, err)
 		}
-		for _, k := range chunk {
-			removed = append(removed, "Redis stream "+k)
+		for _, name := range t.created {
+			removed = append(removed, t.what+" "+name)
 		}
 	}
 	if t.err != nil {
-		return removed, fmt.Errorf("some Redis keys could not be looked up, so they stay: %w", t.err)
+		return removed, fmt.Errorf("some %ss could not be looked up, so they stay: %w", t.what, t.err)
 	}
 	return removed, nil
 }
