@@ -31,9 +31,10 @@ const benchCleanupTimeout = 30 * time.Second
 // brokerCleanup removes, after a bench, what the bench's --sink created on
 // its broker and did not find there before: the NATS stream of
 // create_stream, the Redis stream keys its events went to, the RabbitMQ
-// exchange of declare_exchange, the Kafka topics auto_create_topics made. What existed before the bench stays,
-// including the messages the bench published into it. MQTT (clean
-// session, messages not retained) and webhooks leave nothing to remove.
+// exchange of declare_exchange, the Kafka topics auto_create_topics made.
+// What existed before the bench stays, including the messages the bench
+// published into it. MQTT (clean session, messages not retained) and
+// webhooks leave nothing to remove.
 type brokerCleanup struct {
 	// wrap, when set, wraps the opened sink to see what it creates.
 	wrap func(outbox.Sink) outbox.Sink
@@ -70,6 +71,7 @@ func natsCleanup(ctx context.Context, raw string) (*brokerCleanup, error) {
 	// servers, credentials and TLS.
 	probe := cfg
 	probe.Stream, probe.CreateStream, probe.StreamSubjects = "", false, nil
+	probe.Logger = slog.New(slog.DiscardHandler) // the bench's sink logs the same
 	open := func(ctx context.Context) (jetstream.JetStream, func(), error) {
 		s, err := natssink.New(ctx, probe)
 		if err != nil {
