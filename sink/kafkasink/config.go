@@ -29,6 +29,13 @@ const (
 	MaxRecordBytesDefault = 1_000_012
 	// CompressionDefault is the codec record batches are compressed with.
 	CompressionDefault = "snappy"
+	// LingerDefault is how long a partition's records wait for more before
+	// the client sends them: franz-go's own default.
+	LingerDefault = 10 * time.Millisecond
+	// LingerMax is the longest Linger the client accepts.
+	LingerMax = time.Minute
+	// NoLinger, as Config.Linger, sends records as soon as the client can.
+	NoLinger time.Duration = -1
 )
 
 // SASL mechanisms Config.SASL accepts.
@@ -89,6 +96,16 @@ type Config struct {
 	// Compression is the codec of record batches: none, gzip, snappy, lz4
 	// or zstd. Defaults to CompressionDefault.
 	Compression string
+	// Linger is how long a partition's records wait for more records
+	// before the client sends them (franz-go's ProducerLinger), at most
+	// LingerMax; NoLinger sends them at once. Publish produces a whole
+	// batch at once and awaits its acks, so a batch that does not fill a
+	// producer batch per partition waits out the linger: it bounds the
+	// sink near MaxInFlight × BatchSize per linger, and adds to every
+	// event's latency at low traffic. A shorter linger makes more, smaller
+	// produce requests, which cost the client and the brokers CPU.
+	// Defaults to LingerDefault.
+	Linger time.Duration
 	// DeliveryTimeout, when set, fails a record the brokers have not
 	// acknowledged within this time, retryably. Zero leaves the bound to
 	// each Publish call's context (the relay's sink timeout).
@@ -109,6 +126,7 @@ func (c Config) WithDefaults() Config {
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, ConnectTimeoutDefault)
 	c.MaxRecordBytes = cmp.Or(c.MaxRecordBytes, MaxRecordBytesDefault)
 	c.Compression = cmp.Or(c.Compression, CompressionDefault)
+	c.Linger = cmp.Or(c.Linger, LingerDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
@@ -147,6 +165,8 @@ func (c Config) validate() ([]string, error) {
 		return nil, bad("MaxRecordBytes", "is %d: use a positive size, or 0 for the default %d", c.MaxRecordBytes, MaxRecordBytesDefault)
 	case !slices.Contains(compressions, c.Compression):
 		return nil, bad("Compression", "is %q: use one of %s", c.Compression, strings.Join(compressions, ", "))
+	case c.Linger != NoLinger && (c.Linger < 0 || c.Linger > LingerMax):
+		return nil, bad("Linger", "is %v: use a duration up to %v, NoLinger to send at once, or 0 for the default %v", c.Linger, LingerMax, LingerDefault)
 	case c.DeliveryTimeout < 0:
 		return nil, bad("DeliveryTimeout", "is %v: use a positive duration, or 0 to leave the bound to Publish's context", c.DeliveryTimeout)
 	case c.DeliveryTimeout > 0 && c.DeliveryTimeout < time.Second:
@@ -184,5 +204,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("sasl", c.SASL),
 		slog.String("source", c.Source),
 		slog.Bool("auto_create_topics", c.AutoCreateTopics),
+		slog.String("compression", c.Compression),
+		slog.Duration("linger", c.Linger),
 	)
 }

@@ -34,6 +34,7 @@
 //	auto_create_topics=true  let a produce create a missing topic, where the brokers allow it
 //	max_record_bytes=N       largest record batch (default 1000012, Kafka's max.message.bytes)
 //	compression=CODEC        none, gzip, snappy (default), lz4 or zstd
+//	linger=10ms              wait this long for more records per partition (default 10ms; 0 sends at once; up to 1m)
 //	connect_timeout=10s      bound on New's check that a broker answers
 //	delivery_timeout=30s     fail records unacknowledged this long (default: the Publish context)
 //

@@ -96,6 +96,7 @@ func (s *Sink) options(brokers []string) []kgo.Opt {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxRecordBytes)),
 		kgo.ProducerBatchCompression(codec(cfg.Compression)),
+		kgo.ProducerLinger(max(cfg.Linger, 0)), // NoLinger is 0 to the client
 		kgo.WithLogger(kgoLogger{s.log}),
 		kgo.WithHooks(s.state),
 	}

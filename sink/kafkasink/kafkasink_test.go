@@ -351,6 +351,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"MaxRecordBytes", kafkasink.Config{Brokers: []string{"h"}, MaxRecordBytes: -1}, "MaxRecordBytes", "positive"},
 		{"MaxRecordBytesHuge", kafkasink.Config{Brokers: []string{"h"}, MaxRecordBytes: 2 << 30}, "MaxRecordBytes", "at most"},
 		{"Compression", kafkasink.Config{Brokers: []string{"h"}, Compression: "brotli"}, "Compression", `is "brotli"`},
+		{"NegativeLinger", kafkasink.Config{Brokers: []string{"h"}, Linger: -time.Millisecond}, "Linger", "is -1ms: use a duration up to 1m0s, NoLinger to send at once, or 0 for the default 10ms"},
+		{"LongLinger", kafkasink.Config{Brokers: []string{"h"}, Linger: 2 * time.Minute}, "Linger", "is 2m0s"},
 		{"DeliveryTimeout", kafkasink.Config{Brokers: []string{"h"}, DeliveryTimeout: -1}, "DeliveryTimeout", "positive"},
 		{"DeliveryTimeoutShort", kafkasink.Config{Brokers: []string{"h"}, DeliveryTimeout: time.Millisecond}, "DeliveryTimeout", "at least 1s"},
 	} {
@@ -373,6 +375,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.Equal(t, kafkasink.MaxRecordBytesDefault, c.MaxRecordBytes)
 	require.Equal(t, kafkasink.CompressionDefault, c.Compression)
 	require.Zero(t, c.DeliveryTimeout, "bounded by Publish's context")
+	require.Equal(t, kafkasink.LingerDefault, c.Linger)
 	require.NotNil(t, c.Logger)
 	e := outbox.Event{EventType: "created", AggregateType: "order"}
 	require.Equal(t, "order.created", c.Router.Route(&e), "the default route")
@@ -386,4 +389,29 @@ func TestStringsHideThePassword(t *testing.T) {
 		require.NotContains(t, text, pw)
 	}
 	require.Contains(t, cfg.String(), "[REDACTED]")
+}
+
+// TestLinger checks that Config.Linger reaches the producer: a lone record
+// is sent at once with NoLinger, and waits out a long linger (here longer
+// than Publish's context) when one is set.
+func TestLinger(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := c.topic(t, 1)
+
+	cfg := c.config(t, topic)
+	cfg.Linger = kafkasink.NoLinger
+	s := newSink(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.Nil(t, s.Publish(ctx, []outbox.Event{sinktest.NewEvent("x", `{}`)}), "no linger: the record goes at once")
+
+	cfg = c.config(t, topic)
+	cfg.Linger = kafkasink.LingerMax
+	s = newSink(t, cfg)
+	ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	errs := s.Publish(ctx, []outbox.Event{sinktest.NewEvent("x", `{}`)})
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs[0], context.DeadlineExceeded, "the record lingers past Publish's context")
 }

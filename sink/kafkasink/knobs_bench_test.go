@@ -1,6 +1,7 @@
 package kafkasink_test
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"strings"
@@ -31,40 +32,62 @@ const (
 	knobPartition = 4
 )
 
-// BenchmarkKfakeSink publishes knobEvents events through kafkasink with its
-// defaults to an in-process kfake cluster, knobInFlight batches at once:
-// the sink's ceiling as outbox bench's sink scenario measures it.
+// sinkKnobs are the sink URL options the Kfake benchmarks compare, each
+// against the defaults (linger 10ms, batches up to 1,000,012 bytes,
+// snappy).
+var sinkKnobs = []string{"", "linger=0", "linger=1ms", "max_record_bytes=65536", "compression=none", "compression=lz4"}
+
+// kfakeSink opens kafkasink on brokers from a kafka:// URL with the query
+// options query (and the route to knobTopic), closed when b ends.
+func kfakeSink(b *testing.B, brokers []string, query string) *kafkasink.Sink {
+	cfg, err := kafkasink.ConfigFromURL("kafka://" + strings.Join(brokers, ",") + "?route=" + knobTopic + "&" + query)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Logger = quiet
+	s, err := kafkasink.New(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// knobName names a sub-benchmark after its URL options.
+func knobName(query string) string { return cmp.Or(query, "defaults") }
+
+// BenchmarkKfakeSink publishes knobEvents events through kafkasink to an
+// in-process kfake cluster, knobInFlight batches at once, with its
+// defaults and with each of sinkKnobs: the sink's ceiling as outbox
+// bench's sink scenario measures it.
 //
-//	go test -run '^$' -bench 'Kfake' -benchtime 3x ./sink/kafkasink
+//	go test -run '^$' -bench 'Kfake' -benchtime 5x -count 2 ./sink/kafkasink
 func BenchmarkKfakeSink(b *testing.B) {
-	brokers := kfakeCluster(b)
-	r, err := route.New(knobTopic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := kafkasink.New(b.Context(), kafkasink.Config{Brokers: brokers, Router: r, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
 	events := knobBenchEvents(knobEvents)
-	b.ResetTimer()
-	for b.Loop() {
-		start := time.Now()
-		inFlight(b, len(events), func(lo, hi int) error {
-			for _, err := range s.Publish(b.Context(), events[lo:hi]) {
-				if err != nil {
-					return err
-				}
+	for _, query := range sinkKnobs {
+		b.Run(knobName(query), func(b *testing.B) {
+			s := kfakeSink(b, kfakeCluster(b), query)
+			var rate eventRate
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				inFlight(b, len(events), func(lo, hi int) error {
+					for _, err := range s.Publish(b.Context(), events[lo:hi]) {
+						if err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				rate.add(len(events), time.Since(start))
 			}
-			return nil
+			rate.report(b)
 		})
-		b.ReportMetric(float64(len(events))/time.Since(start).Seconds(), "events/s")
 	}
 }
 
 // BenchmarkKfakeProducerKnobs produces the same records with the sink's own
-// client options (ConnectOptions: idempotent, acks=all, snappy) and one
+// client options (ConnectOptions: idempotent, acks=all, snappy, linger 10ms) and one
 // franz-go producer setting changed at a time, each batch produced and
 // awaited as the sink does.
 func BenchmarkKfakeProducerKnobs(b *testing.B) {
@@ -72,7 +95,7 @@ func BenchmarkKfakeProducerKnobs(b *testing.B) {
 		name string
 		opts []kgo.Opt
 	}{
-		{"defaults", nil}, // franz-go v1.22: linger 10ms, batches up to 1,000,012 bytes, 50,000 records buffered
+		{"defaults", nil}, // the sink's and franz-go v1.22's: linger 10ms, batches up to 1,000,012 bytes, 50,000 records buffered
 		{"linger=0", []kgo.Opt{kgo.ProducerLinger(0)}},
 		{"linger=1ms", []kgo.Opt{kgo.ProducerLinger(time.Millisecond)}},
 		{"linger=10ms", []kgo.Opt{kgo.ProducerLinger(10 * time.Millisecond)}},
@@ -82,10 +105,10 @@ func BenchmarkKfakeProducerKnobs(b *testing.B) {
 		{"max_buffered_records=100000", []kgo.Opt{kgo.MaxBufferedRecords(100_000)}},
 		{"compression=none", []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}},
 	}
-	brokers := kfakeCluster(b)
 	events := knobBenchEvents(knobEvents)
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
+			brokers := kfakeCluster(b)
 			r, err := route.New(knobTopic)
 			if err != nil {
 				b.Fatal(err)
@@ -99,15 +122,36 @@ func BenchmarkKfakeProducerKnobs(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer client.Close()
+			var rate eventRate
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
 				inFlight(b, len(events), func(lo, hi int) error {
 					return produceBatch(b.Context(), client, events[lo:hi])
 				})
-				b.ReportMetric(float64(len(events))/time.Since(start).Seconds(), "events/s")
+				rate.add(len(events), time.Since(start))
 			}
+			rate.report(b)
 		})
+	}
+}
+
+// eventRate sums the events and the time of a benchmark's iterations, so
+// the reported rate is over all of them, not the last one's.
+type eventRate struct {
+	events  int
+	elapsed time.Duration
+}
+
+func (r *eventRate) add(events int, elapsed time.Duration) {
+	r.events += events
+	r.elapsed += elapsed
+}
+
+// report reports the rate as events/s.
+func (r *eventRate) report(b *testing.B) {
+	if r.elapsed > 0 {
+		b.ReportMetric(float64(r.events)/r.elapsed.Seconds(), "events/s")
 	}
 }
 
@@ -197,22 +241,21 @@ func (m *markCounter) OnBatch(_ context.Context, b outbox.BatchInfo) { m.n.Add(i
 
 // BenchmarkKfakeRelayDrain drains a pre-filled backlog of knobEvents
 // events with outbox.Relay (batch knobBatch, one claim loop, knobInFlight
-// batches in flight) through kafkasink's defaults to kfake: the drain
+// batches in flight) through kafkasink to kfake, with its defaults and
+// with no linger: the drain
 // outbox bench drain would measure, which cannot reach kfake from the CLI.
 func BenchmarkKfakeRelayDrain(b *testing.B) {
-	brokers := kfakeCluster(b)
-	r, err := route.New(knobTopic)
-	if err != nil {
-		b.Fatal(err)
+	for _, query := range []string{"", "linger=0"} {
+		b.Run(knobName(query), func(b *testing.B) { kfakeRelayDrain(b, kfakeSink(b, kfakeCluster(b), query)) })
 	}
-	s, err := kafkasink.New(b.Context(), kafkasink.Config{Brokers: brokers, Router: r, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+}
+
+// kfakeRelayDrain drains knobEvents events through s, b.N times.
+func kfakeRelayDrain(b *testing.B, s *kafkasink.Sink) {
 	pool, schema := testutil.Schema(b)
 	table := pgx.Identifier{schema, "outbox_events"}.Sanitize()
 	payload := knobBenchEvents(1)[0].Payload
+	var rate eventRate
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
@@ -243,7 +286,8 @@ SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::
 		if _, err := pool.Exec(b.Context(), `DELETE FROM `+table); err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(knobEvents)/elapsed.Seconds(), "events/s")
+		rate.add(knobEvents, elapsed)
 		b.StartTimer()
 	}
+	rate.report(b)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/sinkurl"
@@ -18,7 +19,7 @@ const Scheme = "kafka"
 var Options = []string{
 	"tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "sasl",
 	"route", "source", "client_id", "auto_create_topics", "max_record_bytes", "compression",
-	"connect_timeout", "delivery_timeout",
+	"linger", "connect_timeout", "delivery_timeout",
 }
 
 // ConfigFromURL parses a sink URL of the form
@@ -66,12 +67,31 @@ func ConfigFromURL(rawURL string) (Config, error) {
 	if cfg.Compression != "" && !slices.Contains(compressions, cfg.Compression) {
 		o.Fail("compression", fmt.Errorf("is %q: use one of %s", cfg.Compression, strings.Join(compressions, ", ")))
 	}
+	cfg.Linger = linger(o)
 	cfg.ConnectTimeout = o.Duration("connect_timeout")
 	cfg.DeliveryTimeout = o.Duration("delivery_timeout")
 	if err := o.Err(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// linger reads the linger option, a duration from 0 (NoLinger) to
+// LingerMax; a missing option is 0, the default.
+func linger(o *sinkurl.Options) time.Duration {
+	v := o.Get("linger")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > LingerMax {
+		o.Fail("linger", fmt.Errorf("is %q: use a duration from 0 (send at once) to %v, such as 5ms (default %v)", v, LingerMax, LingerDefault))
+		return 0
+	}
+	if d == 0 {
+		return NoLinger
+	}
+	return d
 }
 
 // urlForm is the form of a kafka:// URL.

@@ -38,7 +38,7 @@ func TestConfigFromURL(t *testing.T) {
 			require.Equal(t, "p@ss:word", c.Password)
 			require.Equal(t, kafkasink.SASLScramSHA512, c.SASL)
 		}},
-		{"Options", "kafka://h?route=app.%7Bevent_type%7D&source=%2Fshop&client_id=relay-1&auto_create_topics=true&max_record_bytes=2000000&compression=zstd&connect_timeout=3s&delivery_timeout=30s", func(t *testing.T, c kafkasink.Config) {
+		{"Options", "kafka://h?route=app.%7Bevent_type%7D&source=%2Fshop&client_id=relay-1&auto_create_topics=true&max_record_bytes=2000000&compression=zstd&linger=5ms&connect_timeout=3s&delivery_timeout=30s", func(t *testing.T, c kafkasink.Config) {
 			e := outbox.Event{EventType: "created"}
 			require.Equal(t, "app.created", c.Router.Route(&e))
 			require.Equal(t, "/shop", c.Source)
@@ -46,8 +46,13 @@ func TestConfigFromURL(t *testing.T) {
 			require.True(t, c.AutoCreateTopics)
 			require.Equal(t, 2000000, c.MaxRecordBytes)
 			require.Equal(t, "zstd", c.Compression)
+			require.Equal(t, 5*time.Millisecond, c.Linger)
 			require.Equal(t, 3*time.Second, c.ConnectTimeout)
 			require.Equal(t, 30*time.Second, c.DeliveryTimeout)
+		}},
+		{"NoLinger", "kafka://h?linger=0", func(t *testing.T, c kafkasink.Config) {
+			require.Equal(t, kafkasink.NoLinger, c.Linger)
+			require.Equal(t, kafkasink.NoLinger, c.WithDefaults().Linger, "not the default")
 		}},
 		{"TLS", "kafka://h?tls=true&tls_server_name=kafka.example.com", func(t *testing.T, c kafkasink.Config) {
 			require.NotNil(t, c.TLS)
@@ -91,6 +96,10 @@ func TestConfigFromURLErrors(t *testing.T) {
 		{"BadDuration", "kafka://h?delivery_timeout=5", "URL option delivery_timeout", "positive duration"},
 		{"BadInt", "kafka://h?max_record_bytes=big", "URL option max_record_bytes", "positive whole number"},
 		{"BadCompression", "kafka://h?compression=brotli", "URL option compression", `is "brotli"`},
+		{"BadLinger", "kafka://h?linger=5", "URL option linger", `is "5": use a duration from 0`},
+		{"NegativeLinger", "kafka://h?linger=-1ms", "URL option linger", "from 0 (send at once) to 1m0s, such as 5ms (default 10ms)"},
+		{"LongLinger", "kafka://h?linger=2m", "URL option linger", "such as 5ms"},
+		{"EmptyLinger", "kafka://h?linger=", "URL option linger", "has no value"},
 		{"BadRoute", "kafka://h?route=%7Bnope%7D", "URL option route", "unknown placeholder"},
 		{"MissingCA", "kafka://h?tls_ca=/nonexistent/ca.pem", "URL option tls_ca", "cannot read the CA file"},
 		{"CertWithoutKey", "kafka://h?tls_cert=/x.pem", "URL option tls_cert", "go together"},
@@ -117,6 +126,8 @@ func FuzzConfigFromURL(f *testing.F) {
 		"kafka://u:p@a:1,b:2?sasl=plain&route=t",
 		"kafka://[::1]:9092?tls=true&compression=zstd",
 		"kafka://h?delivery_timeout=1s",
+		"kafka://h?linger=0",
+		"kafka://h?linger=2ms&max_record_bytes=65536",
 		"kafka://:@",
 		"kafka://a,,b",
 		"kafka://h?%zz",

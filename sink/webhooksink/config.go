@@ -62,7 +62,11 @@ type Config struct {
 	Batch int
 	// Client sends the requests. Its CheckRedirect is replaced (on a copy)
 	// so redirects are never followed. Defaults to a client with its own
-	// transport that keeps Concurrency idle connections to the endpoint.
+	// transport that opens at most Concurrency connections to the endpoint
+	// and keeps them alive between batches, and speaks HTTP/2 where an
+	// https endpoint offers it (with TLS and DenyPrivateNetworks too). A
+	// Client of your own needs ForceAttemptHTTP2 in its transport for
+	// HTTP/2 when it sets a TLS configuration or a dialer.
 	Client *http.Client
 	// TLS configures the default client's https connections: a private CA
 	// in RootCAs, a client certificate in Certificates. Defaults to the

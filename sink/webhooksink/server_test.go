@@ -26,6 +26,7 @@ type received struct {
 	Query  string
 	Header http.Header
 	Body   []byte
+	Proto  int // the request's HTTP major version
 }
 
 // request rebuilds an *http.Request carrying what was received, for
@@ -77,7 +78,7 @@ func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	s.got = append(s.got, received{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	s.got = append(s.got, received{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, Proto: r.ProtoMajor})
 	s.mu.Unlock()
 	if respond := s.respond.Load(); respond != nil {
 		r.Body = io.NopCloser(bytes.NewReader(body)) // for respond to read again
@@ -102,6 +103,13 @@ func (s *server) received() []received {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]received(nil), s.got...)
+}
+
+// forget drops the requests received so far.
+func (s *server) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = nil
 }
 
 // only returns the single request the server received.

@@ -39,6 +39,7 @@ func (a *app) benchCommand() *cobra.Command {
 		sinkURL   string
 		so        benchSinkOptions
 		asJSON    bool
+		keep      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|tenants|receive|all]...",
@@ -102,7 +103,14 @@ reported peak RSS is this process's. Absolute numbers drift between runs and
 machines: compare the ratios taken in one run. Results go to stdout, as a
 table or with --json as one JSON document; a line per phase goes to stderr.
 Interrupted (Ctrl-C, SIGTERM), it drops its scratch schemas, reports the
-scenarios that finished and exits 130.`,
+scenarios that finished and exits 130.
+
+With a broker --sink, the bench removes at the end (also after Ctrl-C) what
+its sink created there and did not find before: the stream of a NATS URL's
+create_stream, the Redis stream keys its events went to, the exchange of a
+RabbitMQ URL's declare_exchange, the topics a Kafka URL's auto_create_topics
+let it create. What existed before stays, with the messages the bench
+published into it; --keep leaves everything.`,
 		Example: "  outbox bench\n  outbox bench drain --retention all --json\n  outbox bench drain sink --sink nats://127.0.0.1:4222\n  outbox bench latency --rate 2000 --duration 30s --wake all\n" +
 			"  outbox bench --database-url sqlite:///var/lib/app/app.db drain latency\n" +
 			"  outbox bench --database-url mysql://root@127.0.0.1:3306/shop --wake process latency\n" +
@@ -156,17 +164,35 @@ scenarios that finished and exits 130.`,
 				// All the modes this database has: LISTEN is PostgreSQL's.
 				cfg.Wakes = slices.DeleteFunc(cfg.Wakes, func(w bench.Wake) bool { return w == bench.WakeListen })
 			}
+			var cleanup *brokerCleanup
+			if !keep {
+				// Before the sink is opened, which may create a stream or
+				// an exchange. A NATS URL's user name may be a token.
+				registerSinkSecrets(a.redact, sinkURL, true)
+				probeCtx, cancel := context.WithTimeout(cmd.Context(), connectTimeout)
+				cleanup, err = prepareBenchCleanup(probeCtx, sinkURL)
+				cancel()
+				if err != nil {
+					return errors.New(a.redact.String(err.Error()))
+				}
+			}
 			sink, err := a.benchSink(cmd.Context(), sinkURL, so)
 			if err != nil {
 				return err
 			}
 			if sink != nil {
 				defer func() {
+					if cleanup != nil {
+						a.runBenchCleanup(cmd.Context(), cleanup)
+					}
 					if err := closeSink(sink); err != nil {
 						a.logger.Warn("closing the sink failed", "error", err)
 					}
 				}()
 				cfg.Sink, cfg.SinkName = sink, describeSink(sinkURL, a.redact)
+				if cleanup != nil && cleanup.wrap != nil {
+					cfg.Sink = cleanup.wrap(sink)
+				}
 				if u, err := url.Parse(sinkURL); err == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https")) {
 					// A webhook: each unordered drain runs the plain
 					// claim/POST/mark loop beside it, at the same concurrency.
@@ -227,6 +253,7 @@ scenarios that finished and exits 130.`,
 	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")
 	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
+	f.BoolVar(&keep, "keep", false, "leave what the --sink created on its broker (a NATS stream of create_stream, Redis stream keys, a RabbitMQ exchange of declare_exchange, Kafka topics of auto_create_topics); by default the bench removes what did not exist before it")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }
