@@ -98,7 +98,11 @@ FROM picked k JOIN ` + t + ` e ON e.id = k.id`
       ORDER BY p.partition
       FOR SHARE OF p) ok`
 	}
-	fenced := `e.id = ANY($1::bigint[]) AND e.status = 'pending' AND ` + pe + ` = ok.partition`
+	// The marks find their rows by ID (the primary key): "+ 0" keeps the
+	// planner off outbox_events_partition_idx, which would read every
+	// pending event of the partition to find the batch's.
+	inOK := pe + ` + 0 = ok.partition`
+	fenced := `e.id = ANY($1::bigint[]) AND e.status = 'pending' AND ` + inOK
 	q.markProcessed = `UPDATE ` + t + ` AS e
 SET status = 'processed', processed_at = now(), updated_at = now(), locked_by = $2
 FROM ` + ok("$2", "$3", "$4") + `
@@ -129,7 +133,7 @@ SET attempts = e.attempts + 1,
     updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, error, permanent, delay_ms),
      ` + ok("$6", "$7", "$8") + `
-WHERE e.id = f.id AND e.status = 'pending' AND ` + pe + ` = ok.partition
+WHERE e.id = f.id AND e.status = 'pending' AND ` + inOK + `
 RETURNING e.id, e.status`
 
 	// A balance round, one statement: upsert the relay ($1) into the
