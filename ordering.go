@@ -92,6 +92,7 @@ func (r *Relay) ordered() bool { return r.cfg.Ordering == OrderingAggregate }
 // checkOrdering refuses to start an ordered relay on a database or a schema
 // that cannot keep the order.
 func (r *Relay) checkOrdering(ctx context.Context) error {
+	r.parts = nil
 	if !r.ordered() {
 		return nil
 	}
@@ -114,6 +115,9 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 			}
 			return fmt.Errorf("outbox: relay: check the key-sequence trigger: %w", err)
 		}
+	}
+	if err := r.startPartitions(ctx, v); err != nil {
+		return fmt.Errorf("outbox: relay: take partitions: %w", err)
 	}
 	return nil
 }

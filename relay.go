@@ -67,6 +67,9 @@ type Relay struct {
 	proven atomic.Bool
 	// heartbeat is the relay's row in outbox_relays (relay_heartbeat.go).
 	heartbeat heartbeat
+	// parts is an ordered relay's share of the partitions, nil when it
+	// claims under row leases (relay_partitions.go).
+	parts *partitions
 
 	mu       sync.Mutex
 	started  bool
@@ -210,6 +213,9 @@ func (r *Relay) Start(ctx context.Context) error {
 		wg.Go(func() { r.archiveMaintenanceLoop(workCtx, p) })
 	}
 	r.startSchedule(workCtx, wg.Go)
+	if r.parts != nil {
+		wg.Go(func() { r.balanceLoop(workCtx) })
+	}
 	if l, ok := r.drv.(driver.Listener); ok && r.cfg.Listen {
 		listenCtx, stopListen := context.WithCancel(workCtx)
 		wg.Go(func() {
@@ -229,7 +235,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	settleBase := r.settleBase
 	go func() {
 		wg.Wait()
-		// Settled: the relay is gone from the list before Stop returns.
+		// Settled: the relay is gone from the list before Stop returns,
+		// and its partitions are free for the others.
+		r.releasePartitions(settleBase)
 		r.removeHeartbeat(settleBase)
 		close(r.done)
 	}()
@@ -501,6 +509,9 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 		// (relay_circuit.go).
 		size = 1
 	}
+	if r.parts != nil {
+		return r.readPartitions(ctx, size)
+	}
 	if r.ordered() {
 		return r.claimOrdered(ctx, size)
 	}
@@ -514,13 +525,20 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration, probe bool) {
 	events := eventsFromRows(claim.Events)
 	r.stampSource(events)
-	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil}
+	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil, Parts: claim.Parts, Fences: claim.Fences}
+	defer r.partitionsDone(claim)
 	r.book.claimed(fence, len(events), r.cfg.Lease)
 	defer r.book.finish(fence)
+	// What was left of the lease when the batch was claimed: all of it for
+	// a row lease, the partitions' remaining lease for a partition read.
+	lease := r.cfg.Lease
+	if claim.Lease > 0 {
+		lease = claim.Lease
+	}
 	// Marks must land even while the relay shuts down, but never after the
 	// lease (by then another relay may own the rows, and the fence would
 	// make the mark a no-op anyway), nor after Stop gave up on them.
-	settleCtx, cancel := context.WithTimeout(r.settleBase, r.cfg.Lease-claimDur)
+	settleCtx, cancel := context.WithTimeout(r.settleBase, lease-claimDur)
 	defer cancel()
 	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
 
@@ -538,7 +556,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	pubStart := time.Now()
 	var errs []error
 	if r.ordered() {
-		errs = r.publishOrdered(ctx, events, pubStart.Add(r.cfg.Lease-claimDur-leaseMargin(r.cfg.Lease)))
+		errs = r.publishOrdered(ctx, events, pubStart.Add(lease-claimDur-leaseMargin(r.cfg.Lease)))
 	} else {
 		errs = r.publish(ctx, events)
 	}

@@ -196,7 +196,11 @@ func (r *Relay) noteClaim(c driver.Claim) {
 	if c.LockedUntil.IsZero() {
 		return
 	}
-	at := c.LockedUntil.Add(-r.cfg.Lease)
+	lease := r.cfg.Lease
+	if c.Lease > 0 {
+		lease = c.Lease
+	}
+	at := c.LockedUntil.Add(-lease)
 	hb := &r.heartbeat
 	hb.mu.Lock()
 	if at.After(hb.lastClaim) {

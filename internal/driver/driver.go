@@ -139,12 +139,24 @@ type ClaimParams struct {
 type Claim struct {
 	Events      []Event
 	LockedUntil time.Time
+	// Lease, when positive, is how much of the lease was left when the
+	// database read the batch (a partition read: PartitionClaimer); zero
+	// means the whole configured lease, as a row-lease claim sets it.
+	Lease time.Duration
+	// Parts and Fences are, for a partition read, the partitions the batch
+	// came from and the fence each was read under; nil for a row lease.
+	Parts  []int32
+	Fences []int64
 }
 
-// Fence identifies the lease a mark must still hold to take effect.
+// Fence identifies the lease a mark must still hold to take effect: the
+// rows' own lease (RelayID, LockedUntil), or, when Parts is not empty, the
+// leases of those partitions with those fences (PartitionClaimer).
 type Fence struct {
 	RelayID     string
 	LockedUntil time.Time
+	Parts       []int32
+	Fences      []int64
 }
 
 // Failure is one event's failed publish.

@@ -36,3 +36,7 @@ func OrderedClaimSQL(d *Driver) (window, full string) {
 func ReplayBatchSQL(d *Driver, p driver.ReplayParams) (string, []any, error) {
 	return d.replayBatchSQL(p)
 }
+
+// OwnedPartitionSQL exposes the partition read (block policy) and the processed
+// mark to plan tests.
+func OwnedPartitionSQL(d *Driver) (read, mark string) { return d.parts.read[0], d.parts.markProcessed }

@@ -24,6 +24,8 @@ type Driver struct {
 	q      queries
 	// ordered holds the ordered-delivery statements: block, then skip.
 	ordered [2]orderedQueries
+	// parts holds the statements of ordered delivery by owned partitions.
+	parts partitionQueries
 	// orderedState is shared by the ordered claims of every relay loop.
 	orderedState orderedState
 	// scan is the connection of the tenants' due scan (tenants.go).
@@ -38,6 +40,7 @@ func New(pool *pgxpool.Pool, schema string) *Driver {
 	d.table = pgx.Identifier{schema, "outbox_events"}.Sanitize()
 	d.q = buildQueries(d.table)
 	d.ordered = [2]orderedQueries{buildOrderedQueries(d.table, false), buildOrderedQueries(d.table, true)}
+	d.parts = buildPartitionQueries(schema, d.table)
 	return d
 }
 

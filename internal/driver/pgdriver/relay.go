@@ -58,6 +58,9 @@ func (d *Driver) Claim(ctx context.Context, p driver.ClaimParams) (driver.Claim,
 // MarkProcessed marks published events processed, or deletes or archives
 // them.
 func (d *Driver) MarkProcessed(ctx context.Context, f driver.Fence, ids []int64, retention driver.Retention) (int64, error) {
+	if len(f.Parts) > 0 {
+		return d.markPartitioned(ctx, f, ids, retention)
+	}
 	sqlText := d.q.markProcessed
 	switch retention {
 	case driver.RetainDelete:
@@ -83,7 +86,15 @@ func (d *Driver) MarkFailed(ctx context.Context, f driver.Fence, maxAttempts int
 	for i, fl := range failures {
 		ids[i], msgs[i], permanent[i], delays[i] = fl.ID, fl.Error, fl.Permanent, fl.Delay.Milliseconds()
 	}
-	rows, err := d.pool.Query(ctx, d.q.markFailed, ids, msgs, permanent, delays, maxAttempts, f.RelayID, f.LockedUntil)
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if len(f.Parts) > 0 {
+		rows, err = d.pool.Query(ctx, d.parts.markFailed, ids, msgs, permanent, delays, maxAttempts, f.RelayID, f.Parts, f.Fences)
+	} else {
+		rows, err = d.pool.Query(ctx, d.q.markFailed, ids, msgs, permanent, delays, maxAttempts, f.RelayID, f.LockedUntil)
+	}
 	if err != nil {
 		return driver.FailResult{}, wrap(err)
 	}
@@ -103,6 +114,10 @@ func (d *Driver) MarkFailed(ctx context.Context, f driver.Fence, maxAttempts int
 
 // Release returns events to pending without spending an attempt.
 func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
+	if len(f.Parts) > 0 {
+		// Read from an owned partition: never left pending.
+		return int64(len(ids)), nil
+	}
 	tag, err := d.pool.Exec(ctx, d.q.release, ids, f.RelayID, f.LockedUntil)
 	if err != nil {
 		return 0, wrap(err)

@@ -1,0 +1,61 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// PartitionedVersion is the migration that adds ordered delivery by owned
+// partitions (PostgreSQL: outbox_partitions, outbox_partition_relays and
+// the partition indexes; docs/ordering.md).
+const PartitionedVersion = 8
+
+// Partitions is the number of partitions the keys hash to, fixed by the
+// migration.
+const Partitions = 256
+
+// PartitionClaimParams selects a batch from the partitions a relay owns.
+type PartitionClaimParams struct {
+	RelayID   string
+	BatchSize int
+	// MinLease: only partitions with more than this much of their lease
+	// left are read.
+	MinLease time.Duration
+	// Busy are partitions with a batch of this relay in flight: not read.
+	Busy []int32
+	// Offset rotates the order the partitions are read in.
+	Offset int
+	// Skip is OrderedClaimParams.Skip.
+	Skip bool
+}
+
+// BalanceParams is one balance round of a relay's partitions.
+type BalanceParams struct {
+	RelayID string
+	Lease   time.Duration
+	// Busy are partitions with a batch in flight: never released.
+	Busy []int32
+	// Stuck are partitions whose batch in flight is past its publish
+	// deadline: not renewed, so that another relay takes them once their
+	// lease ends.
+	Stuck []int32
+}
+
+// PartitionClaimer is implemented by drivers that deliver in order by owned
+// partitions of keys (docs/ordering.md). Its reads write nothing; marks
+// whose Fence carries Parts are fenced on those partitions' leases, and a
+// release of such events writes nothing.
+type PartitionClaimer interface {
+	// ReadPartitions returns up to BatchSize due pending events of the
+	// partitions the relay owns, such that for every key it returns events
+	// of, every earlier event of the key is finished or in the batch
+	// before them. The events come back in (txid, id) order.
+	ReadPartitions(ctx context.Context, p PartitionClaimParams) (Claim, error)
+	// BalancePartitions renews, releases and acquires the relay's
+	// partitions, and returns how many it holds and how many relays share
+	// them.
+	BalancePartitions(ctx context.Context, p BalanceParams) (held, relays int, err error)
+	// ReleasePartitions gives up every partition of the relay and removes
+	// it from the share-out.
+	ReleasePartitions(ctx context.Context, relayID string) error
+}

@@ -1,0 +1,335 @@
+package pgdriver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
+
+var _ driver.PartitionClaimer = (*Driver)(nil)
+
+// partitionExpr is the partition of row a (an alias with its dot, or
+// empty), spelled exactly as in the indexes of migration 8 so that the
+// planner matches them.
+func partitionExpr(a string) string {
+	return `(hashtext(coalesce(` + a + `aggregate_type, '') || ':' || coalesce(` + a + `aggregate_id, ` + a + `id::text)) & ` +
+		strconv.Itoa(driver.Partitions-1) + `)`
+}
+
+// partitionQueries are the statements of ordered delivery by owned
+// partitions (docs/ordering.md).
+type partitionQueries struct {
+	read                                  [2]string // block, skip
+	balance, release                      string
+	markProcessed, markDeleted, markArchv string
+	markFailed                            string
+}
+
+func buildPartitionQueries(schema, t string) partitionQueries {
+	var q partitionQueries
+	parts := pgx.Identifier{schema, "outbox_partitions"}.Sanitize()
+	relays := pgx.Identifier{schema, "outbox_partition_relays"}.Sanitize()
+	pe := partitionExpr("e.")
+
+	// The read writes nothing. parts: the partitions this relay owns with
+	// more than $3 ms of lease left and no batch of its own in flight ($4),
+	// rotated by $5. blockers: the events of those partitions that hold
+	// their key back now (in flight under a row lease, retrying or written
+	// for later and not due, dead under block), from the small partial
+	// indexes of processing, failed and pending rows (the latter read
+	// from now on: only the events not due).
+	// Then, partition by partition in that order, its pending due events
+	// below the horizon in key order, leaving out every event with a
+	// blocker of its key before it, up to $1 in all.
+	read := func(skip bool) string {
+		dead := `b.status = 'failed' AND b.dead_letter_retries <> ` + strconv.Itoa(driver.DiscardedRetries)
+		if skip {
+			dead = `false`
+		}
+		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "k.lease_until")
+		return `WITH horizon AS MATERIALIZED (
+    SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x
+), parts AS MATERIALIZED (
+    SELECT partition, fence, lease_until FROM ` + parts + `
+    WHERE owner = $2 AND lease_until > now() + $3::bigint * interval '1 millisecond'
+      AND partition <> ALL($4::int[])
+    ORDER BY (partition + $5::int) % ` + strconv.Itoa(driver.Partitions) + `
+), blockers AS MATERIALIZED (
+    SELECT b.aggregate_type, b.aggregate_id, b.txid, b.id
+    FROM parts p JOIN ` + t + ` b ON ` + partitionExpr("b.") + ` = p.partition
+    WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon)
+      AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()) OR (` + dead + `))
+), picked AS MATERIALIZED (
+    SELECT c.id, p.partition, p.fence, p.lease_until
+    FROM parts p CROSS JOIN LATERAL (
+        SELECT e.id FROM ` + t + ` e
+        WHERE ` + pe + ` = p.partition AND e.status = 'pending'
+          AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
+          AND NOT EXISTS (SELECT FROM blockers b
+                          WHERE b.aggregate_id = e.aggregate_id
+                            AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
+                            AND (b.txid, b.id) < (e.txid, e.id))
+        ORDER BY e.txid, e.id
+        LIMIT $1
+    ) c
+    LIMIT $1
+)
+SELECT ` + cols + `, e.txid::text::bigint, k.partition, k.fence, now()
+FROM picked k JOIN ` + t + ` e ON e.id = k.id`
+	}
+	q.read = [2]string{read(false), read(true)}
+
+	// The partitions a mark may still write in: those of the batch whose
+	// fence holds ($R relay, $P partitions, $F fences), share-locked in
+	// partition order until the mark commits, so that a relay taking one
+	// over waits for the mark (and sees it) and no two lockers deadlock.
+	ok := func(r, p, f string) string {
+		return `(SELECT p.partition FROM ` + parts + ` p
+      JOIN unnest(` + p + `::int[], ` + f + `::bigint[]) AS f(partition, fence) ON f.partition = p.partition
+      WHERE p.owner = ` + r + ` AND p.fence = f.fence AND p.lease_until > now()
+      ORDER BY p.partition
+      FOR SHARE OF p) ok`
+	}
+	// The marks find their rows by ID (the primary key): "+ 0" keeps the
+	// planner off outbox_events_partition_idx, which would read every
+	// pending event of the partition to find the batch's.
+	inOK := pe + ` + 0 = ok.partition`
+	fenced := `e.id = ANY($1::bigint[]) AND e.status = 'pending' AND ` + inOK
+	q.markProcessed = `UPDATE ` + t + ` AS e
+SET status = 'processed', processed_at = now(), updated_at = now(), locked_by = $2
+FROM ` + ok("$2", "$3", "$4") + `
+WHERE ` + fenced
+	q.markDeleted = `DELETE FROM ` + t + ` AS e USING ` + ok("$2", "$3", "$4") + ` WHERE ` + fenced
+	archive := strings.TrimSuffix(t, `"`) + `_archive"`
+	q.markArchv = `WITH moved AS (
+    DELETE FROM ` + t + ` AS e USING ` + ok("$2", "$3", "$4") + ` WHERE ` + fenced + `
+    RETURNING e.id, e.event_type, e.aggregate_type, e.aggregate_id, e.payload, e.headers, e.idempotency_key,
+              e.attempts, e.max_attempts, e.last_error, e.available_at, e.created_at
+), archived AS (
+    INSERT INTO ` + archive + ` (id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+        status, attempts, max_attempts, last_error, available_at, locked_by, created_at, updated_at, processed_at)
+    SELECT id, event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key,
+        'processed', attempts, max_attempts, last_error, available_at, $2, created_at, now(), now()
+    FROM moved
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM moved`
+	q.markFailed = `UPDATE ` + t + ` AS e
+SET attempts = e.attempts + 1,
+    last_error = f.error,
+    status = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
+                  THEN 'failed' ELSE 'pending' END,
+    available_at = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
+                  THEN e.available_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+    locked_by = $6,
+    updated_at = now()
+FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, error, permanent, delay_ms),
+     ` + ok("$6", "$7", "$8") + `
+WHERE e.id = f.id AND e.status = 'pending' AND ` + inOK + `
+RETURNING e.id, e.status`
+
+	// A balance round, one statement: upsert the relay ($1) into the
+	// share-out with an expiry of a lease ($2 ms) and forget relays gone
+	// for an hour; target = ceil(partitions / live relays). mine: the
+	// relay's partitions with lease left, locked in partition order (as the
+	// marks lock them), the busy ones ($3) first: those above the target
+	// and not busy are released, the others renewed unless stuck ($4);
+	// below the target it takes free partitions, and whatever the target
+	// it takes the partitions whose owner's lease ran out (a relay that
+	// died: no stall until the share-out settles; one above the target
+	// releases the extra ones at its next round), each with the fence
+	// raised, skipping any a mark or another relay holds and its own busy
+	// ones (stuck in a publish: another relay takes them). It returns the
+	// partitions held after the round and the live relays.
+	n := strconv.Itoa(driver.Partitions)
+	lease := `now() + $2::bigint * interval '1 millisecond'`
+	q.balance = `WITH me AS (
+    INSERT INTO ` + relays + ` (relay_id, expires_at) VALUES ($1, ` + lease + `)
+    ON CONFLICT (relay_id) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING relay_id
+), gone AS (
+    DELETE FROM ` + relays + ` WHERE expires_at < now() - interval '1 hour'
+), live AS MATERIALIZED (
+    SELECT count(*) + 1 AS n FROM ` + relays + ` WHERE expires_at > now() AND relay_id <> $1
+), target AS MATERIALIZED (
+    SELECT (` + n + ` + n - 1) / n AS t FROM live
+), locked AS MATERIALIZED (
+    SELECT partition FROM ` + parts + `
+    WHERE owner = $1 AND lease_until > now()
+    ORDER BY partition
+    FOR UPDATE
+), mine AS MATERIALIZED (
+    SELECT partition, partition = ANY($3::int[]) AS busy,
+           row_number() OVER (ORDER BY partition = ANY($3::int[]) DESC, partition) AS k
+    FROM locked
+), released AS (
+    UPDATE ` + parts + ` AS p SET owner = NULL, lease_until = NULL
+    FROM mine m
+    WHERE p.partition = m.partition AND m.k > (SELECT t FROM target) AND NOT m.busy
+    RETURNING p.partition
+), renewed AS (
+    UPDATE ` + parts + ` AS p SET lease_until = ` + lease + `
+    FROM mine m
+    WHERE p.partition = m.partition AND (m.k <= (SELECT t FROM target) OR m.busy)
+      AND p.partition <> ALL($4::int[])
+    RETURNING p.partition
+), acquired AS (
+    UPDATE ` + parts + ` AS p SET owner = $1, fence = p.fence + 1, lease_until = ` + lease + `
+    WHERE p.partition = ANY(ARRAY(
+        SELECT f.partition FROM ` + parts + ` f
+        WHERE f.owner IS NULL AND f.partition <> ALL($3::int[])
+        ORDER BY f.partition
+        LIMIT greatest((SELECT t FROM target) - (SELECT count(*) FROM mine), 0)
+        FOR UPDATE SKIP LOCKED))
+    RETURNING p.partition
+), orphans AS (
+    UPDATE ` + parts + ` AS p SET owner = $1, fence = p.fence + 1, lease_until = ` + lease + `
+    WHERE p.partition = ANY(ARRAY(
+        SELECT f.partition FROM ` + parts + ` f
+        WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
+        ORDER BY f.partition
+        FOR UPDATE SKIP LOCKED))
+    RETURNING p.partition
+)
+SELECT (SELECT count(*) FROM mine) - (SELECT count(*) FROM released) + (SELECT count(*) FROM acquired)
+       + (SELECT count(*) FROM orphans) + 0 * (SELECT count(*) FROM renewed) + 0 * (SELECT count(*) FROM me),
+       (SELECT n FROM live)`
+
+	q.release = `WITH gone AS (
+    DELETE FROM ` + relays + ` WHERE relay_id = $1
+)
+UPDATE ` + parts + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`
+	return q
+}
+
+// ReadPartitions reads a batch from the partitions the relay owns.
+func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimParams) (driver.Claim, error) {
+	q := d.parts.read[0]
+	if p.Skip {
+		q = d.parts.read[1]
+	}
+	busy := p.Busy
+	if busy == nil {
+		busy = []int32{}
+	}
+	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions)
+	if err != nil {
+		return driver.Claim{}, wrap(err)
+	}
+	defer rows.Close()
+	type keyed struct {
+		txid int64
+		ev   driver.Event
+	}
+	var (
+		out      []keyed
+		mem      arena
+		e        driver.Event
+		txid     int64
+		part     int32
+		fence    int64
+		dbNow    time.Time
+		claim    driver.Claim
+		fenceOf  = map[int32]int64{}
+		eventTyp pgtype.DriverBytes
+		aggType  pgtype.DriverBytes
+		aggID    pgtype.DriverBytes
+		idemKey  pgtype.DriverBytes
+		payload  pgtype.DriverBytes
+		headers  pgtype.DriverBytes
+	)
+	dest := []any{&e.ID, &eventTyp, &aggType, &aggID, &payload, &headers,
+		&idemKey, &e.Attempts, &e.MaxAttempts, &e.AvailableAt, &e.LockedUntil, &e.CreatedAt,
+		&txid, &part, &fence, &dbNow}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return driver.Claim{}, wrap(err)
+		}
+		ev := driver.Event{ID: e.ID, Status: driver.StatusProcessing, LockedBy: p.RelayID,
+			EventType: mem.string(eventTyp), AggregateType: mem.string(aggType), AggregateID: mem.string(aggID),
+			Payload: mem.bytes(payload), IdempotencyKey: mem.string(idemKey),
+			Attempts: e.Attempts, MaxAttempts: e.MaxAttempts,
+			AvailableAt: e.AvailableAt, LockedUntil: e.LockedUntil, CreatedAt: e.CreatedAt}
+		if ev.Headers, err = driver.DecodeHeaders(headers); err != nil {
+			return driver.Claim{}, fmt.Errorf("event %d: %w", ev.ID, err)
+		}
+		out = append(out, keyed{txid: txid, ev: ev})
+		if _, ok := fenceOf[part]; !ok {
+			fenceOf[part] = fence
+			claim.Parts = append(claim.Parts, part)
+			claim.Fences = append(claim.Fences, fence)
+		}
+		if claim.LockedUntil.IsZero() || e.LockedUntil.Before(claim.LockedUntil) {
+			claim.LockedUntil = e.LockedUntil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return driver.Claim{}, wrap(err)
+	}
+	if len(out) == 0 {
+		return driver.Claim{}, nil
+	}
+	// Key order is (txid, id): sorting the whole batch by it keeps every
+	// key's events in order.
+	slices.SortFunc(out, func(a, b keyed) int {
+		if a.txid != b.txid {
+			if a.txid < b.txid {
+				return -1
+			}
+			return 1
+		}
+		if a.ev.ID < b.ev.ID {
+			return -1
+		}
+		return 1
+	})
+	claim.Events = make([]driver.Event, len(out))
+	for i := range out {
+		claim.Events[i] = out[i].ev
+		claim.Events[i].LockedUntil = claim.LockedUntil
+	}
+	claim.Lease = claim.LockedUntil.Sub(dbNow)
+	return claim, nil
+}
+
+// BalancePartitions runs one balance round of the relay's partitions.
+func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) (held, relays int, err error) {
+	busy, stuck := p.Busy, p.Stuck
+	if busy == nil {
+		busy = []int32{}
+	}
+	if stuck == nil {
+		stuck = []int32{}
+	}
+	err = d.pool.QueryRow(ctx, d.parts.balance, p.RelayID, p.Lease.Milliseconds(), busy, stuck).Scan(&held, &relays)
+	return held, relays, wrap(err)
+}
+
+// ReleasePartitions gives up the relay's partitions.
+func (d *Driver) ReleasePartitions(ctx context.Context, relayID string) error {
+	_, err := d.pool.Exec(ctx, d.parts.release, relayID)
+	return wrap(err)
+}
+
+// markPartitioned is MarkProcessed under a partition fence.
+func (d *Driver) markPartitioned(ctx context.Context, f driver.Fence, ids []int64, retention driver.Retention) (int64, error) {
+	switch retention {
+	case driver.RetainDelete:
+		tag, err := d.pool.Exec(ctx, d.parts.markDeleted, ids, f.RelayID, f.Parts, f.Fences)
+		return tag.RowsAffected(), wrap(err)
+	case driver.RetainArchive:
+		var n int64
+		err := d.pool.QueryRow(ctx, d.parts.markArchv, ids, f.RelayID, f.Parts, f.Fences).Scan(&n)
+		return n, wrap(err)
+	}
+	tag, err := d.pool.Exec(ctx, d.parts.markProcessed, ids, f.RelayID, f.Parts, f.Fences)
+	return tag.RowsAffected(), wrap(err)
+}

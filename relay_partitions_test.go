@@ -1,0 +1,154 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testutil"
+)
+
+// timedSink is an orderSink that records when each event was first
+// acknowledged.
+type timedSink struct {
+	orderSink
+	firstAck map[int64]time.Time
+}
+
+func (s *timedSink) Publish(ctx context.Context, events []outbox.Event) []error {
+	errs := s.orderSink.Publish(ctx, events)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range events {
+		if _, ok := s.firstAck[e.ID]; !ok && errs[i] == nil {
+			s.firstAck[e.ID] = now
+		}
+	}
+	return errs
+}
+
+// owners counts the partitions held by each relay (a live lease), and
+// those held by none.
+func (b relayBundle) owners(t *testing.T) map[string]int {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT coalesce(CASE WHEN lease_until > now() THEN owner END, ''), count(*) FROM `+
+		pgx.Identifier{b.schema, "outbox_partitions"}.Sanitize()+` GROUP BY 1`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var owner string
+		var n int
+		require.NoError(t, rows.Scan(&owner, &n))
+		out[owner] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Rebalancing: ordered relays joining and leaving while writers commit move
+// the partitions between them without breaking any key's order, and no
+// event waits longer than a lease: a relay that joins takes free
+// partitions and the others shed theirs, a relay that stops releases its
+// own for the others to take at their next round.
+func TestRelayOrderedPartitionsRebalance(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	sink := &timedSink{firstAck: map[int64]time.Time{}}
+	lease := 2 * time.Second
+	cfg := func(id string) outbox.RelayConfig {
+		return outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, RelayID: id, Lease: lease,
+			PollInterval: 10 * time.Millisecond, BatchSize: 20, Workers: 2}
+	}
+	start := func(id string) *outbox.Relay {
+		r, err := outbox.NewRelay(b.db, func() outbox.RelayConfig { c := cfg(id); c.Schema = b.schema; return c }())
+		require.NoError(t, err)
+		require.NoError(t, r.Start(b.ctx))
+		return r
+	}
+	stop := func(r *outbox.Relay) {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	}
+
+	var (
+		mu        sync.Mutex
+		committed = map[string][]int64{}
+		at        = map[int64]time.Time{}
+		writing   = make(chan struct{})
+		wg        sync.WaitGroup
+	)
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-writing:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			keys := make([]string, 4)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("k%d", rng.IntN(100))
+			}
+			ids := b.write(t, len(keys), func(i int, m *outbox.Message) { m.AggregateID = keys[i] })
+			now := time.Now()
+			mu.Lock()
+			for i, id := range ids {
+				committed[keys[i]] = append(committed[keys[i]], id)
+				at[id] = now
+			}
+			mu.Unlock()
+		}
+	})
+
+	a := start("a")
+	testutil.WaitFor(t, 10*time.Second, "a holds every partition", func() bool { return b.owners(t)["a"] == 256 })
+	time.Sleep(500 * time.Millisecond)
+	r2, r3 := start("b"), start("c")
+	testutil.WaitFor(t, 10*time.Second, "the partitions are shared out among three relays", func() bool {
+		o := b.owners(t)
+		return o["a"] >= 80 && o["b"] >= 80 && o["c"] >= 80 && o[""] == 0
+	})
+	time.Sleep(500 * time.Millisecond)
+	stop(a)
+	testutil.WaitFor(t, 10*time.Second, "b and c take over a's partitions", func() bool {
+		o := b.owners(t)
+		return o["b"] == 128 && o["c"] == 128
+	})
+	time.Sleep(500 * time.Millisecond)
+	a2 := start("a2")
+	testutil.WaitFor(t, 10*time.Second, "a2 gets its share", func() bool { return b.owners(t)["a2"] >= 80 })
+	time.Sleep(500 * time.Millisecond)
+	stop(r2)
+	time.Sleep(500 * time.Millisecond)
+	close(writing)
+	wg.Wait()
+
+	mu.Lock()
+	total := len(at)
+	mu.Unlock()
+	b.waitStats(t, "every event processed", func(s outbox.Stats) bool { return s.Processed == int64(total) })
+	stop(r3)
+	stop(a2)
+
+	acks, n := sink.firstAcks()
+	require.Equal(t, total, n, "every event acknowledged")
+	require.Equal(t, committed, acks, "first acknowledgements in commit order for every key")
+	var worst time.Duration
+	sink.mu.Lock()
+	for id, c := range at {
+		worst = max(worst, sink.firstAck[id].Sub(c))
+	}
+	sink.mu.Unlock()
+	t.Logf("%d events, longest wait from commit to first acknowledgement %v", total, worst)
+	require.Less(t, worst, lease, "no stall as long as a lease")
+}
