@@ -72,12 +72,12 @@ The application, in any language, takes the rows with plain SQL (see
 docs/consumers.md):
 
   BEGIN;
-  SELECT message_id, event_type, payload FROM inbox_messages
+  SELECT source, message_id, event_type, payload FROM inbox_messages
   WHERE consumer = 'billing' AND processed_at IS NULL
   ORDER BY received_at LIMIT 100 FOR UPDATE SKIP LOCKED;
-  -- apply each message's effect, then:
+  -- apply each message's effect, then (IDs repeat across sources):
   UPDATE inbox_messages SET processed_at = now()
-  WHERE consumer = 'billing' AND message_id = ANY(...);
+  WHERE consumer = 'billing' AND (source, message_id) IN (...);
   COMMIT;
 
 With --webhook-secret (or $` + EnvWebhookSecret + `), the relay's own secret,
@@ -358,7 +358,7 @@ func (a *app) receiveStore(ctx context.Context, rf receiveFlags) (receive func(c
 		ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
 		defer cancel()
 		res, err := store(ctx, m)
-		if err == nil {
+		if err == nil && a.logger.Enabled(ctx, slog.LevelDebug) {
 			a.logger.Debug("message received", "message_id", m.ID, "source", m.Source, "duplicate", res.Duplicate)
 		}
 		return res, err
