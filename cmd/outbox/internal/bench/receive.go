@@ -38,7 +38,8 @@ const receiveRounds = 4
 // hand-written insert loop, in the same run (PostgreSQL only):
 //
 //   - receive: the webhook sink (Writers requests in flight, signed, one
-//     event per request, as the relay sends them) POSTs the events to an
+//     event per request as the relay sends them by default, or a
+//     CloudEvents batch of ReceiveBatch) POSTs the events to an
 //     inbox.WebhookHandler on loopback whose Receive is inbox.Store on a
 //     pool of Writers connections with the database's defaults: what
 //     `outbox receive` serves.
@@ -115,6 +116,9 @@ func (r *Runner) Receive(ctx context.Context) (Report, error) {
 			refTime += d
 		}
 		rep.RSSPeakBytes = rss.Stop()
+		if r.cfg.ReceiveBatch > 1 {
+			rep.WebhookBatch = r.cfg.ReceiveBatch
+		}
 		rep.Events, rep.Duplicates, rep.Seconds = int64(len(events)), rc.dups.Load(), receiveTime.Seconds()
 		rep.EventsPerS = float64(len(events)) / receiveTime.Seconds()
 		refRate := float64(len(events)) / refTime.Seconds()
@@ -178,7 +182,8 @@ func (r *Runner) startReceiver(ctx context.Context, s scratch, pool *pgxpool.Poo
 	}
 	rc.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	rc.served.Go(func() { _ = rc.srv.Serve(ln) })
-	rc.sink, err = webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers})
+	rc.sink, err = webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers,
+		Batch: r.cfg.ReceiveBatch})
 	if err != nil {
 		rc.stop(ctx)
 		return nil, err

@@ -97,6 +97,8 @@ type Report struct {
 	// sampled during the measured part: the relay's memory, plus the
 	// writers' in steady and latency. 0 where /proc is missing.
 	RSSPeakBytes int64 `json:"rss_peak_bytes"`
+	// WebhookBatch is receive's events per request, when above 1.
+	WebhookBatch int `json:"webhook_batch,omitempty"`
 }
 
 // DrainStats compares the relay with the reference loop (drain only).

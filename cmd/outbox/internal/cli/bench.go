@@ -135,6 +135,7 @@ scenarios that finished and exits 130.`,
 			if cfg.Wakes, err = bench.ParseWakes(wake); err != nil {
 				return usagef("invalid --wake: %v", err)
 			}
+			cfg.ReceiveBatch = so.webhookBatch
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return benchConfigError(err)
 			}
@@ -225,7 +226,7 @@ scenarios that finished and exits 130.`,
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
 	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")
-	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
+	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink and receive: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
