@@ -26,6 +26,8 @@ func TestReceiveScenario(t *testing.T) {
 	require.NotNil(t, rep.DrainStats)
 	require.Positive(t, rep.ReferenceEventsPerS)
 	require.InDelta(t, rep.EventsPerS/rep.ReferenceEventsPerS, rep.RatioToReference, 1e-9)
+	require.Positive(t, rep.HandHTTPEventsPerS)
+	require.InDelta(t, rep.EventsPerS/rep.HandHTTPEventsPerS, rep.RatioToHandHTTP, 1e-9)
 	require.Empty(t, b.scratches(t))
 }
 

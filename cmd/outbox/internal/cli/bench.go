@@ -87,7 +87,9 @@ Scenarios (default: all, which leaves tenants out):
   receive    --events signed webhook requests, --writers in flight, from the
              webhook sink into outbox receive's handler storing into the
              inbox, against --writers hand-written INSERT … ON CONFLICT DO
-             NOTHING loops storing the same messages: receive/reference
+             NOTHING loops storing the same messages: receive/reference;
+             and against a hand-written net/http handler (signature check,
+             the same INSERT) fed alike: receive/hand-written handler
              (PostgreSQL only; left out with a note elsewhere)
 
 --retention all runs reference and drain once per retention mode; --wake all
@@ -357,6 +359,7 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 			t.row("  events/s\t%s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(float64(r.Events)), r.Seconds)
 			if r.DrainStats != nil && r.Scenario == bench.ScenarioReceive {
 				t.row("  receive/reference\t%.2f× (hand-written INSERT … ON CONFLICT loop %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
+				t.row("  receive/hand-written handler\t%.2f× (net/http handler with the same INSERT %s events/s)\n", r.RatioToHandHTTP, thousands(r.HandHTTPEventsPerS))
 			} else if r.DrainStats != nil {
 				t.row("  relay/reference\t%.2f× (reference %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
 				if r.RatioToUnordered > 0 {
