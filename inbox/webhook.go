@@ -220,7 +220,7 @@ func (h *WebhookHandler) messages(hdr http.Header, body []byte) ([]Message, erro
 		msg, err := StructuredMessage(body, h.cfg.Source)
 		return []Message{msg}, err
 	}
-	msg, err := h.message(hdr, body)
+	msg, err := h.message(hdr, body, mt)
 	return []Message{msg}, err
 }
 
@@ -254,8 +254,10 @@ func (h *WebhookHandler) verify(hdr http.Header, body []byte) error {
 	return errors.New("invalid webhook-signature: no v1 signature matches the body with this secret")
 }
 
-// message reads the message from the request's headers and body.
-func (h *WebhookHandler) message(hdr http.Header, body []byte) (Message, error) {
+// message reads the message from the request's headers and body; mt is
+// the media type of its Content-Type, "" for none or one that does not
+// parse.
+func (h *WebhookHandler) message(hdr http.Header, body []byte, mt string) (Message, error) {
 	msg := Message{Headers: map[string]string{}, Payload: body}
 	for name, values := range hdr {
 		lower := strings.ToLower(name)
@@ -285,10 +287,8 @@ func (h *WebhookHandler) message(hdr http.Header, body []byte) (Message, error) 
 	}
 	if len(body) == 0 {
 		msg.Payload = nil
-	} else if ct := hdr.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err == nil && mt != "application/json" && !strings.HasSuffix(mt, "+json") {
-			return Message{}, fmt.Errorf("content type %s is not JSON: the inbox stores JSON payloads", mt)
-		}
+	} else if mt != "" && mt != "application/json" && !strings.HasSuffix(mt, "+json") {
+		return Message{}, fmt.Errorf("content type %s is not JSON: the inbox stores JSON payloads", mt)
 	}
 	if err := CheckMessage(msg); err != nil {
 		return Message{}, err
@@ -301,15 +301,33 @@ func (h *WebhookHandler) refuse(w http.ResponseWriter, r *http.Request, code int
 	writeStatus(w, code, "refused", reason)
 }
 
-func writeStatus(w http.ResponseWriter, code int, status, reason string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
+// The bodies of the two answers every message gets, encoded once.
+var (
+	bodyStored    = statusBody("stored", "")
+	bodyDuplicate = statusBody("duplicate", "")
+)
+
+func statusBody(status, reason string) []byte {
 	b, _ := json.Marshal(struct {
 		Status string `json:"status"`
 		Reason string `json:"reason,omitempty"`
 	}{status, reason})
-	_, _ = w.Write(append(b, '\n'))
+	return append(b, '\n')
+}
+
+func writeStatus(w http.ResponseWriter, code int, status, reason string) {
+	body := bodyStored
+	switch {
+	case status == "duplicate" && reason == "":
+		body = bodyDuplicate
+	case status != "stored" || reason != "":
+		body = statusBody(status, reason)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
 }
 
 func configError(field string, err error) error { return &outbox.ConfigError{Field: field, Err: err} }

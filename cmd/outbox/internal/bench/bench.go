@@ -198,6 +198,10 @@ type Config struct {
 	// PayloadSize is each event's JSON payload size in bytes. Defaults to
 	// PayloadSizeDefault.
 	PayloadSize int
+	// ReceiveBatch is how many events receive's webhook sink puts in one
+	// request (a CloudEvents JSON batch above 1, as relay --webhook-batch
+	// sends them). Defaults to 1: one event per request.
+	ReceiveBatch int
 	// Duration is how long latency and steady's relay phase write (steady's
 	// relay-less phase is two halves of it). Defaults to DurationDefault.
 	Duration time.Duration
@@ -260,6 +264,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, max(outbox.MaxInFlightDefault, c.Workers))
 	c.Writers = cmp.Or(c.Writers, WritersDefault)
 	c.PayloadSize = cmp.Or(c.PayloadSize, PayloadSizeDefault)
+	c.ReceiveBatch = cmp.Or(c.ReceiveBatch, 1)
 	c.Duration = cmp.Or(c.Duration, DurationDefault)
 	c.Rate = cmp.Or(c.Rate, RateDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)

@@ -2,13 +2,18 @@ package bench
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +32,7 @@ import (
 const (
 	receiveConsumer   = "bench"
 	referenceConsumer = "bench-reference"
+	handHTTPConsumer  = "bench-hand-http"
 )
 
 // receiveRounds is how many times receive alternates between the receiver
@@ -38,19 +44,29 @@ const receiveRounds = 4
 // hand-written insert loop, in the same run (PostgreSQL only):
 //
 //   - receive: the webhook sink (Writers requests in flight, signed, one
-//     event per request, as the relay sends them) POSTs the events to an
+//     event per request as the relay sends them by default, or a
+//     CloudEvents batch of ReceiveBatch) POSTs the events to an
 //     inbox.WebhookHandler on loopback whose Receive is inbox.Store on a
 //     pool of Writers connections with the database's defaults: what
 //     `outbox receive` serves.
+//
 //   - reference: Writers goroutines insert the same messages (same source,
 //     IDs, payload and headers) with INSERT … ON CONFLICT DO NOTHING, one
 //     autocommitted statement each, on a pool alike.
 //
-// Both store into one scratch inbox_messages, under consumers of their
+//   - hand-written webhook handler: the webhook sink alike POSTs the same
+//     events to a net/http handler of the bare minimum on a third pool
+//     alike: read the body, check the signature with crypto/hmac, one
+//     autocommitted INSERT … ON CONFLICT DO NOTHING of the same row. It
+//     makes the HTTP hop the reference loop does not, so receive against
+//     it is what the inbox's code costs over any webhook receiver.
+//
+// All store into one scratch inbox_messages, under consumers of their
 // own, taking turns in receiveRounds rounds of Events/receiveRounds
 // events each; at the end each consumer must hold every message exactly
-// once. The report is receive's, with the reference's rate and
-// receive/reference in DrainStats.
+// once. The report is receive's, with the reference's rate,
+// receive/reference, the hand-written handler's rate and
+// receive/hand-written in DrainStats.
 func (r *Runner) Receive(ctx context.Context) (Report, error) {
 	rep := Report{Scenario: ScenarioReceive}
 	if _, ok := r.st.(*pgStore); !ok {
@@ -77,6 +93,10 @@ func (r *Runner) Receive(ctx context.Context) (Report, error) {
 		if err != nil {
 			return err
 		}
+		handPool, err := r.inboxPool(ctx, ps, "outbox-bench-receive-hand-http")
+		if err != nil {
+			return err
+		}
 		table := pgx.Identifier{s.schema(), "inbox_messages"}.Sanitize()
 		rc, err := r.startReceiver(ctx, s, receiverPool)
 		if err != nil {
@@ -85,8 +105,9 @@ func (r *Runner) Receive(ctx context.Context) (Report, error) {
 		defer rc.stop(ctx)
 
 		var (
-			headers              []byte
-			receiveTime, refTime time.Duration
+			headers                        []byte
+			hand                           *receiver
+			receiveTime, refTime, handTime time.Duration
 		)
 		rss := startRSS()
 		for round := range receiveRounds {
@@ -113,14 +134,32 @@ func (r *Runner) Receive(ctx context.Context) (Report, error) {
 				return err
 			}
 			refTime += d
+			if hand == nil {
+				if hand, err = r.startHandHTTP(ctx, handPool, table, headers); err != nil {
+					return err
+				}
+				defer hand.stop(ctx)
+			}
+			r.progress("receive: round %d of %d: POSTing %d events through the webhook sink (%d in flight) to a hand-written webhook handler",
+				round+1, receiveRounds, len(chunk), r.cfg.Writers)
+			if d, err = hand.publish(ctx, chunk); err != nil {
+				return err
+			}
+			handTime += d
 		}
 		rep.RSSPeakBytes = rss.Stop()
+		if r.cfg.ReceiveBatch > 1 {
+			rep.WebhookBatch = r.cfg.ReceiveBatch
+		}
 		rep.Events, rep.Duplicates, rep.Seconds = int64(len(events)), rc.dups.Load(), receiveTime.Seconds()
 		rep.EventsPerS = float64(len(events)) / receiveTime.Seconds()
 		refRate := float64(len(events)) / refTime.Seconds()
-		rep.DrainStats = &DrainStats{ReferenceEventsPerS: refRate, RatioToReference: ratio(rep.EventsPerS, refRate)}
+		handRate := float64(len(events)) / handTime.Seconds()
+		rep.DrainStats = &DrainStats{ReferenceEventsPerS: refRate, RatioToReference: ratio(rep.EventsPerS, refRate),
+			HandHTTPEventsPerS: handRate, RatioToHandHTTP: ratio(rep.EventsPerS, handRate)}
 		return errors.Join(checkInboxRows(ctx, receiverPool, table, receiveConsumer, len(events)),
-			checkInboxRows(ctx, receiverPool, table, referenceConsumer, len(events)))
+			checkInboxRows(ctx, receiverPool, table, referenceConsumer, len(events)),
+			checkInboxRows(ctx, receiverPool, table, handHTTPConsumer, len(events)))
 	})
 	if err != nil {
 		return rep, fmt.Errorf("receive: %w", err)
@@ -178,7 +217,55 @@ func (r *Runner) startReceiver(ctx context.Context, s scratch, pool *pgxpool.Poo
 	}
 	rc.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	rc.served.Go(func() { _ = rc.srv.Serve(ln) })
-	rc.sink, err = webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers})
+	rc.sink, err = webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers,
+		Batch: r.cfg.ReceiveBatch})
+	if err != nil {
+		rc.stop(ctx)
+		return nil, err
+	}
+	return rc, nil
+}
+
+// startHandHTTP serves, on loopback, the webhook handler an engineer would
+// write by hand, storing into pool what the inbox's handler stores (headers
+// are the ones it stored), and makes the webhook sink that publishes to it.
+func (r *Runner) startHandHTTP(ctx context.Context, pool *pgxpool.Pool, table string, headers []byte) (*receiver, error) {
+	var key [24]byte
+	_, _ = rand.Read(key[:])
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key[:])
+	q := `INSERT INTO ` + table + ` (consumer, source, message_id, event_type, payload, headers)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
+	hdrs := string(headers)
+	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, inbox.MaxBodyBytesDefault))
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		id, ts := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp")
+		mac := hmac.New(sha256.New, key[:])
+		mac.Write([]byte(id + "." + ts + "."))
+		mac.Write(body)
+		if !slices.Contains(strings.Fields(req.Header.Get("webhook-signature")), "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil))) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, q, handHTTPConsumer, req.Header.Get("ce-source"), id, req.Header.Get("ce-type"), string(body), hdrs); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rc := &receiver{r: r, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	rc.served.Go(func() { _ = rc.srv.Serve(ln) })
+	rc.sink, err = webhooksink.New(webhooksink.Config{URL: "http://" + ln.Addr().String() + "/", Secret: secret, Concurrency: r.cfg.Writers,
+		Batch: 1})
 	if err != nil {
 		rc.stop(ctx)
 		return nil, err

@@ -26,6 +26,8 @@ func TestReceiveScenario(t *testing.T) {
 	require.NotNil(t, rep.DrainStats)
 	require.Positive(t, rep.ReferenceEventsPerS)
 	require.InDelta(t, rep.EventsPerS/rep.ReferenceEventsPerS, rep.RatioToReference, 1e-9)
+	require.Positive(t, rep.HandHTTPEventsPerS)
+	require.InDelta(t, rep.EventsPerS/rep.HandHTTPEventsPerS, rep.RatioToHandHTTP, 1e-9)
 	require.Empty(t, b.scratches(t))
 }
 
@@ -37,4 +39,21 @@ func TestReceiveScenarioPostgresOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Scenarios)
 	require.Contains(t, res.Notes, "receive did not run: it is PostgreSQL's, and this is SQLite.")
+}
+
+// With ReceiveBatch, the sink POSTs CloudEvents batches: every event is
+// still stored exactly once (the scenario checks the rows), and the report
+// says how many events went per request.
+func TestReceiveScenarioBatched(t *testing.T) {
+	t.Parallel()
+	b := setup(t, postgres, bench.Config{Events: 203, Writers: 3, BatchSize: 50, ReceiveBatch: 7})
+	res, err := b.runner.Run(b.ctx, []bench.Scenario{bench.ScenarioReceive})
+	require.NoError(t, err)
+	require.Len(t, res.Scenarios, 1)
+	rep := res.Scenarios[0]
+	require.EqualValues(t, 203, rep.Events)
+	require.Zero(t, rep.Duplicates)
+	require.Equal(t, 7, rep.WebhookBatch)
+	require.Positive(t, rep.RatioToReference)
+	require.Empty(t, b.scratches(t))
 }

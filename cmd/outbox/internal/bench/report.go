@@ -97,6 +97,8 @@ type Report struct {
 	// sampled during the measured part: the relay's memory, plus the
 	// writers' in steady and latency. 0 where /proc is missing.
 	RSSPeakBytes int64 `json:"rss_peak_bytes"`
+	// WebhookBatch is receive's events per request, when above 1.
+	WebhookBatch int `json:"webhook_batch,omitempty"`
 }
 
 // DrainStats compares the relay with the reference loop (drain only).
@@ -131,6 +133,12 @@ type DrainStats struct {
 	// otherwise.
 	PlainLoopEventsPerS float64 `json:"plain_loop_events_per_s,omitempty"`
 	RatioToPlainLoop    float64 `json:"ratio_to_plain_loop,omitempty"`
+	// HandHTTPEventsPerS, for receive, is the hand-written webhook
+	// handler's rate in the same run (one event per request), and
+	// RatioToHandHTTP is EventsPerS / HandHTTPEventsPerS. Absent
+	// otherwise.
+	HandHTTPEventsPerS float64 `json:"hand_http_events_per_s,omitempty"`
+	RatioToHandHTTP    float64 `json:"ratio_to_hand_http,omitempty"`
 }
 
 // SteadyStats is what the relay costs writers running flat out.

@@ -88,7 +88,9 @@ Scenarios (default: all, which leaves tenants out):
   receive    --events signed webhook requests, --writers in flight, from the
              webhook sink into outbox receive's handler storing into the
              inbox, against --writers hand-written INSERT … ON CONFLICT DO
-             NOTHING loops storing the same messages: receive/reference
+             NOTHING loops storing the same messages: receive/reference;
+             and against a hand-written net/http handler (signature check,
+             the same INSERT) fed alike: receive/hand-written handler
              (PostgreSQL only; left out with a note elsewhere)
 
 --retention all runs reference and drain once per retention mode; --wake all
@@ -143,6 +145,7 @@ published into it; --keep leaves everything.`,
 			if cfg.Wakes, err = bench.ParseWakes(wake); err != nil {
 				return usagef("invalid --wake: %v", err)
 			}
+			cfg.ReceiveBatch = so.webhookBatch
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return benchConfigError(err)
 			}
@@ -251,7 +254,7 @@ published into it; --keep leaves everything.`,
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")
 	f.StringVar(&sinkURL, "sink", benchDiscardSink, "where events go: discard: (nothing), or any relay --sink URL to bench a broker")
 	f.IntVar(&so.concurrency, "sink-concurrency", webhooksink.ConcurrencyDefault, "webhook --sink: requests in flight at once (relay --sink-concurrency)")
-	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
+	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink and receive: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&keep, "keep", false, "leave what the --sink created on its broker (a NATS stream of create_stream, Redis stream keys, a RabbitMQ exchange of declare_exchange, Kafka topics of auto_create_topics); by default the bench removes what did not exist before it")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
@@ -383,6 +386,7 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 			t.row("  events/s\t%s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(float64(r.Events)), r.Seconds)
 			if r.DrainStats != nil && r.Scenario == bench.ScenarioReceive {
 				t.row("  receive/reference\t%.2f× (hand-written INSERT … ON CONFLICT loop %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
+				t.row("  receive/hand-written handler\t%.2f× (net/http handler with the same INSERT %s events/s)\n", r.RatioToHandHTTP, thousands(r.HandHTTPEventsPerS))
 			} else if r.DrainStats != nil {
 				t.row("  relay/reference\t%.2f× (reference %s events/s)\n", r.RatioToReference, thousands(r.ReferenceEventsPerS))
 				if r.RatioToUnordered > 0 {

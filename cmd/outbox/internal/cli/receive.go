@@ -72,12 +72,12 @@ The application, in any language, takes the rows with plain SQL (see
 docs/consumers.md):
 
   BEGIN;
-  SELECT message_id, event_type, payload FROM inbox_messages
+  SELECT source, message_id, event_type, payload FROM inbox_messages
   WHERE consumer = 'billing' AND processed_at IS NULL
   ORDER BY received_at LIMIT 100 FOR UPDATE SKIP LOCKED;
-  -- apply each message's effect, then:
+  -- apply each message's effect, then (IDs repeat across sources):
   UPDATE inbox_messages SET processed_at = now()
-  WHERE consumer = 'billing' AND message_id = ANY(...);
+  WHERE consumer = 'billing' AND (source, message_id) IN (...);
   COMMIT;
 
 With --webhook-secret (or $` + EnvWebhookSecret + `), the relay's own secret,
@@ -245,43 +245,14 @@ func (a *app) receive(ctx context.Context, rf receiveFlags) error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	db, closer, kind, err := a.openDatabase(ctx)
+	receive, _, done, err := a.receiveStore(ctx, rf)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = closer.Close() }()
-	if err := a.checkInbox(ctx, db); err != nil {
-		return err
-	}
-
-	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
-	var metrics *receiveMetrics
-	if rf.metricsAddr != "" {
-		if metrics, err = a.serveReceiveMetrics(ctx, rf, db); err != nil {
-			return err
-		}
-		defer metrics.stop()
-		cfg.Hooks = append(cfg.Hooks, metrics.m)
-	}
-	in, err := inbox.New(cfg)
-	if err != nil {
-		return err
-	}
-	store, err := storeFunc(in, closer)
-	if err != nil {
-		return err
-	}
+	defer done()
 	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{
 		Secret: rf.secret, Tolerance: rf.tolerance, MaxBodyBytes: rf.maxBody, Source: rf.source, Logger: a.logger,
-		Receive: func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
-			ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
-			defer cancel()
-			res, err := store(ctx, m)
-			if err == nil {
-				a.logger.Debug("message received", "message_id", m.ID, "source", m.Source, "duplicate", res.Duplicate)
-			}
-			return res, err
-		},
+		Receive: receive,
 	})
 	if err != nil {
 		return usagef("%v", err)
@@ -341,6 +312,58 @@ func dialectOf(kind dburl.Kind) outbox.Dialect {
 		return outbox.DialectMySQL
 	}
 	return outbox.DialectPostgres
+}
+
+// receiveStore opens the database, checks it has the inbox, starts the
+// metrics server when --metrics-addr is set, and returns the function that
+// stores one message (bounded by receiveStoreTimeout), the metrics server
+// (nil without --metrics-addr) and done, which stops the metrics server and
+// then closes the database. Call done once, after the last store returned;
+// on an error, what was opened is already closed.
+func (a *app) receiveStore(ctx context.Context, rf receiveFlags) (receive func(context.Context, inbox.Message) (inbox.Result, error), metrics *receiveMetrics, done func(), err error) {
+	db, closer, kind, err := a.openDatabase(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// A local, not the result done: a failing return sets done to nil
+	// before the deferred cleanup runs.
+	closeAll := func() {
+		metrics.stop()
+		_ = closer.Close()
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
+	if err = a.checkInbox(ctx, db); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
+	if rf.metricsAddr != "" {
+		if metrics, err = a.serveReceiveMetrics(ctx, rf, db); err != nil {
+			return nil, nil, nil, err
+		}
+		cfg.Hooks = append(cfg.Hooks, metrics.m)
+	}
+	in, err := inbox.New(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	store, err := storeFunc(in, closer)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	receive = func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+		ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
+		defer cancel()
+		res, err := store(ctx, m)
+		if err == nil && a.logger.Enabled(ctx, slog.LevelDebug) {
+			a.logger.Debug("message received", "message_id", m.ID, "source", m.Source, "duplicate", res.Duplicate)
+		}
+		return res, err
+	}
+	return receive, metrics, closeAll, nil
 }
 
 // storeFunc stores a message unprocessed, committed when it returns, on
@@ -417,7 +440,11 @@ func (rm *receiveMetrics) brokerPending(ctx context.Context, logger *slog.Logger
 	return func() { cancel(); <-done }, nil
 }
 
+// stop shuts the metrics server down; on a nil server it does nothing.
 func (rm *receiveMetrics) stop() {
+	if rm == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rm.server.Shutdown(ctx); err != nil {
@@ -442,36 +469,13 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 	if err := (&observability{metricsAddr: rf.metricsAddr}).check(a.redact, true); err != nil {
 		return err
 	}
-	db, closer, kind, err := a.openDatabase(ctx)
+	// done runs after the broker's client closed (deferred before it):
+	// nothing is stored after the database closes.
+	receive, metrics, done, err := a.receiveStore(ctx, rf)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = closer.Close() }()
-	if err := a.checkInbox(ctx, db); err != nil {
-		return err
-	}
-	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
-	var metrics *receiveMetrics
-	if rf.metricsAddr != "" {
-		if metrics, err = a.serveReceiveMetrics(ctx, rf, db); err != nil {
-			return err
-		}
-		defer metrics.stop()
-		cfg.Hooks = append(cfg.Hooks, metrics.m)
-	}
-	in, err := inbox.New(cfg)
-	if err != nil {
-		return err
-	}
-	store, err := storeFunc(in, closer)
-	if err != nil {
-		return err
-	}
-	receive := func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
-		ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
-		defer cancel()
-		return store(ctx, m)
-	}
+	defer done()
 	fromError := func(err error) error {
 		var ce *outbox.ConfigError
 		if errors.As(err, &ce) {
