@@ -93,7 +93,7 @@ func natsCleanup(ctx context.Context, raw string) (*brokerCleanup, error) {
 	case err == nil:
 		return nil, nil // the user's stream: it stays
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("bench: look up NATS stream %q: %w", stream, err)
+		return nil, fmt.Errorf("look up NATS stream %q for the bench: %w", stream, err)
 	}
 	return &brokerCleanup{remove: func(ctx context.Context) ([]string, error) {
 		js, done, err := open(ctx)
