@@ -86,8 +86,8 @@ func TestMigrateTenantSchemas(t *testing.T) {
 
 	requireFail(t, run(t, nil, append(db, "migrate", "--tenant-schemas", prefix+"*", "--schema", "app")...), 2, "leave --schema out")
 	requireFail(t, run(t, nil, append(db, "migrate", "--tenant-schemas", prefix+"nomatch*")...), 1, "no schema matches")
-	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "migrate", "--tenant-schemas", "s_*"), 2, "need PostgreSQL")
-	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "relay", "--sink", "stdout:", "--tenant-schemas", "s_*"), 2, "needs PostgreSQL")
+	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "migrate", "--tenant-schemas", "s_*"), 2, "a SQLite file holds one outbox")
+	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "relay", "--sink", "stdout:", "--tenant-schemas", "s_*"), 2, "a SQLite file holds one outbox")
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
