@@ -112,6 +112,18 @@ type tenantDatabase struct {
 	pc    *pgxpool.Config
 	raw   string // the MySQL/MariaDB URL when pc is nil
 	label string
+	ready *tenantDatabaseReady // its /readyz check, with --metrics-addr
+}
+
+// displayLabel names the database in /readyz: its label, host:port/name.
+func (d tenantDatabase) displayLabel() string {
+	if d.label != "" {
+		return d.label
+	}
+	if d.pc != nil {
+		return describeDatabase(d.pc)
+	}
+	return describeSQLDatabase(d.raw)
 }
 
 // tenantDatabaseURLs returns the databases a tenant relay serves when
@@ -169,7 +181,12 @@ func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error
 // down, slow or unreachable holds up only its own tenants, and is retried
 // until it answers.
 func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags, o *observability) error {
-	obs, err := a.startTenantObservers(ctx, o, &cfg, sinkName, t.metrics)
+	if o.metricsAddr != "" {
+		for i := range dbs {
+			dbs[i].ready = &tenantDatabaseReady{}
+		}
+	}
+	obs, err := a.startTenantObservers(ctx, o, &cfg, sinkName, t.metrics, dbs)
 	if err != nil {
 		return err
 	}
@@ -238,6 +255,7 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 		return nil, nil, err
 	}
 	db := outbox.Postgres(pool)
+	d.ready.set(db)
 	// The metrics name the database even when it is the only one (whose
 	// events' ids stay unqualified by it).
 	observers, err := obs.tenantMetrics(db, cmp.Or(d.label, describeDatabase(pc)))
@@ -264,6 +282,7 @@ func (a *app) newSQLTenants(ctx context.Context, d tenantDatabase, cfg outbox.Re
 		return nil, nil, err
 	}
 	closeDB := func() { _ = closer.Close() }
+	d.ready.set(db)
 	if cfg.Listen {
 		a.logger.Warn("--listen has no effect on " + string(kind) + ": only PostgreSQL has LISTEN/NOTIFY; the due scan wakes the tenants")
 		cfg.Listen = false
