@@ -66,6 +66,12 @@ func TestRelayTenantsMariaDB(t *testing.T) {
 	res = run(t, nil, append(db, "migrate", "--tenant-schemas", prefix+"*")...)
 	requireOK(t, res)
 	require.Contains(t, res.stdout, fmt.Sprintf("%q: up to date at version", schemas[1]))
+	// The server's own databases, and public (the URL's database), are
+	// never tenants.
+	res = run(t, nil, append(db, "migrate", "--tenant-query", "SELECT 'mysql' UNION ALL SELECT 'public'")...)
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Equal(t, "\"mysql\": skipped: the name is reserved for the database's own catalogs (on MySQL, public means the URL's database)\n"+
+		"\"public\": skipped: the name is reserved for the database's own catalogs (on MySQL, public means the URL's database)\n2 tenant schemas, 2 failed\n", res.stdout)
 
 	const perTenant = 40
 	for _, s := range schemas {

@@ -16,18 +16,9 @@ var _ driver.TenantDiscoverer = (*Driver)(nil)
 // checks.
 const DueChunk = 250
 
-// systemDatabases are the server's own databases, never tenants.
-const systemDatabases = `('mysql', 'information_schema', 'performance_schema', 'sys')`
-
-// IsSystemDatabase reports whether name is one of the server's own
-// databases, which no tenant may be.
-func IsSystemDatabase(name string) bool {
-	switch strings.ToLower(name) {
-	case "mysql", "information_schema", "performance_schema", "sys":
-		return true
-	}
-	return false
-}
+// systemDatabases are the server's own databases, never tenants, and
+// public, which names the connection's own database (schemaName).
+const systemDatabases = `('mysql', 'information_schema', 'performance_schema', 'sys', 'public')`
 
 // UserSchemas lists the databases that are not the server's own: on MySQL
 // a tenant's "schema" is a database.

@@ -93,13 +93,14 @@ func (a *app) checkTenantKind(t *tenantFlags) error {
 
 // isSystemSchema reports whether name is one the database keeps for its
 // own catalogs, which no tenant may be: PostgreSQL's pg_* and
-// information_schema, MySQL's mysql, sys and *_schema databases.
+// information_schema, MySQL's mysql, sys and *_schema databases, and on
+// MySQL public, which names the URL's own database.
 func isSystemSchema(kind dburl.Kind, name string) bool {
 	if kind == dburl.KindPostgres {
 		return strings.HasPrefix(strings.ToLower(name), "pg_") || name == "information_schema"
 	}
 	switch strings.ToLower(name) {
-	case "mysql", "sys", "information_schema", "performance_schema":
+	case "mysql", "sys", "information_schema", "performance_schema", "public":
 		return true
 	}
 	return false
@@ -375,7 +376,7 @@ func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(d
 	failed := 0
 	for _, s := range schemas {
 		if isSystemSchema(kind, s) {
-			a.stdout.printf("%s: skipped: the database keeps that name for its own catalogs\n", quoteSchema(s))
+			a.stdout.printf("%s: skipped: the name is reserved for the database's own catalogs (on MySQL, public means the URL's database)\n", quoteSchema(s))
 			failed++
 			continue
 		}
