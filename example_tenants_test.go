@@ -78,3 +78,49 @@ func ExampleTenants() {
 	// tenant acme, event 1, unique id acme:1
 	// tenant globex, event 1, unique id globex:1
 }
+
+// Counting every tenant's outbox at once: on PostgreSQL one statement per
+// 50 tenants, instead of a Stats call per tenant.
+func ExampleManager_TenantStats() {
+	ctx := context.Background()
+	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	db := outbox.Postgres(pool)
+	prefix := fmt.Sprintf("example_stats_%d_", rand.Uint32())
+	for i, tenant := range []string{"acme", "globex"} {
+		schema := prefix + tenant
+		defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		if _, err := outboxmigrate.Migrate(ctx, db, outboxmigrate.Config{Schema: schema}); err != nil {
+			panic(err)
+		}
+		writer := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
+		for range i + 1 {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := writer.Write(ctx, tx, outbox.Message{EventType: "invoice.created", Payload: map[string]string{"tenant": tenant}})
+				return err
+			})
+			if err != nil {
+				panic(err)
+			}
+		}
+	}
+
+	schemas, err := outbox.DiscoverTenants(ctx, db, prefix+"*", "")
+	if err != nil {
+		panic(err)
+	}
+	counts, err := outbox.NewManager(db, outbox.ManagerConfig{}).TenantStats(ctx, schemas)
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range counts {
+		fmt.Printf("%s: %d pending\n", c.Schema[len(prefix):], c.Pending)
+	}
+	// Output:
+	// acme: 1 pending
+	// globex: 2 pending
+}

@@ -25,6 +25,7 @@ const (
 // retrying dead-lettered events, replaying delivered ones and purging
 // history. The CLI and the admin API are built on it.
 type Manager struct {
+	db  Database
 	drv driver.Driver
 }
 
@@ -36,7 +37,7 @@ type ManagerConfig struct {
 
 // NewManager returns a Manager for the outbox table in db.
 func NewManager(db Database, cfg ManagerConfig) *Manager {
-	return &Manager{drv: db.Driver(schemaOrDefault(cfg.Schema))}
+	return &Manager{db: db, drv: db.Driver(schemaOrDefault(cfg.Schema))}
 }
 
 // Stats are event counts per status and the publisher's lag.

@@ -171,7 +171,7 @@ type Tenants struct {
 
 // ErrTenantsUnsupported is returned by NewTenants for a database without
 // schemas to discover (SQLite).
-var ErrTenantsUnsupported = errors.New("tenant discovery needs PostgreSQL schemas")
+var ErrTenantsUnsupported = errors.New("tenant discovery needs PostgreSQL schemas or MySQL databases")
 
 // NewTenants returns the tenant supervisor for db. It checks cfg but does
 // not touch the database until Start.
@@ -185,7 +185,7 @@ func NewTenants(db Database, cfg TenantsConfig) (*Tenants, error) {
 	}
 	disc, ok := db.Driver(SchemaDefault).(driver.TenantDiscoverer)
 	if !ok {
-		return nil, fmt.Errorf("outbox: tenants: %w: this database has none (SQLite keeps one outbox per file: run one relay per file; on MySQL run one relay per database)", ErrTenantsUnsupported)
+		return nil, fmt.Errorf("outbox: tenants: %w: SQLite has none: a SQLite file holds one outbox (one schema); run one relay per file", ErrTenantsUnsupported)
 	}
 	relayLog := cfg.Logger
 	if cfg.Database != "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -528,4 +529,49 @@ SELECT 'thing.happened', 'thing', 'k' || g, '{}' FROM generate_series(0, $1 - 1)
 			require.Greater(t, i, okAt, "acme's k1 event %d was sent before %d succeeded", e.ID, stuck)
 		}
 	}
+}
+
+// Manager.TenantStats counts every tenant in one statement, each tenant's
+// counts those of its own Manager.Stats; a tenant whose outbox is gone
+// fails the count with an error naming it.
+func TestManagerTenantStatsOneStatement(t *testing.T) {
+	t.Parallel()
+	b := setupTenants(t)
+	var schemas []string
+	for i, name := range []string{"a", "b", `x"; drop table y; --`} {
+		s := b.tenant(t, name)
+		b.insert(t, s, 5*(i+1))
+		schemas = append(schemas, s)
+	}
+	_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(schemas[1])+` SET status = 'failed' WHERE id <= 3`)
+	require.NoError(t, err)
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db := outbox.Postgres(pool)
+
+	before := tracer.n.Load()
+	got, err := outbox.NewManager(db, outbox.ManagerConfig{}).TenantStats(b.ctx, schemas)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tracer.n.Load()-before, "one statement for every tenant")
+	require.Len(t, got, len(schemas))
+	for i, s := range schemas {
+		want, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: s}).Stats(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, s, got[i].Schema)
+		require.InDelta(t, want.OldestPendingAge.Seconds(), got[i].OldestPendingAge.Seconds(), 5)
+		want.OldestPendingAge = got[i].OldestPendingAge
+		require.Equal(t, want, got[i].Stats, s)
+		require.Equal(t, int64(5*(i+1)), got[i].Pending+got[i].Failed, s)
+	}
+	require.Equal(t, int64(3), got[1].Failed)
+
+	testutil.DropSchema(t, b.pool, schemas[1])
+	_, err = outbox.NewManager(db, outbox.ManagerConfig{}).TenantStats(b.ctx, schemas)
+	require.ErrorIs(t, err, outbox.ErrNoTable)
+	require.ErrorContains(t, err, strconv.Quote(schemas[1]))
 }

@@ -49,7 +49,9 @@ type Config struct {
 	// not used with it.
 	Tenants func(ctx context.Context) ([]string, error)
 	// TenantManager returns the Manager of a tenant schema that Tenants
-	// listed. Required with Tenants.
+	// listed. Required with Tenants. GET /api/tenants counts every tenant
+	// with one tenant's Manager.TenantStats, so the Managers must share
+	// one database.
 	TenantManager func(schema string) *outbox.Manager
 	// Logger receives the audit log (one line per action, with who did
 	// it) and errors. Defaults to slog.Default().

@@ -96,5 +96,5 @@ func TestAdminTenantsUsageErrors(t *testing.T) {
 	requireFail(t, run(t, nil, append(db, "--schema", "x")...), 2, "each tenant's schema is its own")
 	requireFail(t, run(t, nil, append(db, "--tenant-query", "SELECT 1")...), 2, "discover tenants one way")
 	requireFail(t, run(t, nil, "--database-url", "sqlite://"+filepath.Join(t.TempDir(), "app.db"), "admin", "--addr", "127.0.0.1:0", "--tenant-schemas", "s_*"),
-		2, "--tenant-schemas needs PostgreSQL")
+		2, "--tenant-schemas does not apply to SQLite")
 }

@@ -86,8 +86,8 @@ func TestMigrateTenantSchemas(t *testing.T) {
 
 	requireFail(t, run(t, nil, append(db, "migrate", "--tenant-schemas", prefix+"*", "--schema", "app")...), 2, "leave --schema out")
 	requireFail(t, run(t, nil, append(db, "migrate", "--tenant-schemas", prefix+"nomatch*")...), 1, "no schema matches")
-	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "migrate", "--tenant-schemas", "s_*"), 2, "need PostgreSQL")
-	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "relay", "--sink", "stdout:", "--tenant-schemas", "s_*"), 2, "needs PostgreSQL")
+	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "migrate", "--tenant-schemas", "s_*"), 2, "a SQLite file holds one outbox")
+	requireFail(t, run(t, nil, "--database-url", "sqlite://"+t.TempDir()+"/x.db", "relay", "--sink", "stdout:", "--tenant-schemas", "s_*"), 2, "a SQLite file holds one outbox")
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -241,13 +241,32 @@ SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) 
 		return n
 	}
 	srv := newTenantServer(t, 0)
+	metricsAddr := freeAddr(t)
 	relay := start(t, nil, "--database-url", testutil.DatabaseURL(), "--database-url", proxied.String(), "relay",
-		"--tenant-schemas", prefix+"*", "--sink", srv.URL, "--db-timeout", "2s", "--lease", "5s", "--log-level", "warn")
+		"--tenant-schemas", prefix+"*", "--sink", srv.URL, "--db-timeout", "2s", "--lease", "5s", "--log-level", "warn",
+		"--metrics-addr", metricsAddr)
+	// /readyz reports each database; one that is down leaves the relay
+	// ready, since it serves the other's tenants.
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	labelFirst := "database 127.0.0.1:" + u.Port() + "/" + strings.TrimPrefix(u.Path, "/")
+	labelCut := "database " + proxy.Addr() + "/" + dbName
 
 	insert(admin, tenantA, 5)
 	insert(secondPool, tenantB, 5)
 	testutil.WaitFor(t, 20*time.Second, "both databases flowing", func() bool {
 		return processed(admin, tenantA) == 5 && processed(secondPool, tenantB) == 5
+	})
+	testutil.WaitFor(t, 10*time.Second, "both databases ready", func() bool {
+		code, body := readyz()
+		return code == http.StatusOK && strings.Contains(body, labelFirst+": ok\n") && strings.Contains(body, labelCut+": ok\n")
 	})
 
 	proxy.Refuse()
@@ -258,6 +277,11 @@ SELECT 'thing.happened', jsonb_build_object('i', g) FROM generate_series(1, $1) 
 		return processed(admin, tenantA) == 10
 	})
 	require.Equal(t, 5, processed(secondPool, tenantB), "the cut database's events cannot have been published")
+	testutil.WaitFor(t, 10*time.Second, "the cut database reported, the relay still ready", func() bool {
+		code, body := readyz()
+		return code == http.StatusOK && strings.Contains(body, labelFirst+": ok\n") &&
+			strings.Contains(body, labelCut+": ") && !strings.Contains(body, labelCut+": ok") && strings.Contains(body, "(its tenants wait")
+	})
 	insert(admin, tenantA, 5)
 	testutil.WaitFor(t, 10*time.Second, "still flowing", func() bool { return processed(admin, tenantA) == 15 })
 	for time.Since(cutAt) < 15*time.Second {

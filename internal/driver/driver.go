@@ -397,3 +397,22 @@ type CaptureInspector interface {
 	// ReplicationSlots reads the capture slots recorded for the schema.
 	ReplicationSlots(ctx context.Context) (CaptureSlots, error)
 }
+
+// SchemaStats are one schema's counts, as TenantCounter returns them: what
+// Stats and DeadLetterRetryStats of that schema's driver return.
+type SchemaStats struct {
+	Schema string
+	Stats
+	DeadLetterRetry DeadLetterRetryStats
+}
+
+// TenantCounter is implemented by drivers that count many schemas' outboxes
+// at once, so that per-tenant stats cost a statement per few dozen
+// tenants instead of one per tenant: PostgreSQL.
+type TenantCounter interface {
+	// CountSchemas returns the counts of each schema, in the order of
+	// schemas, counted as Stats and DeadLetterRetryStats count one schema.
+	// A schema without its table, or migrated before the slow retry
+	// existed, makes the call fail: count such schemas one at a time.
+	CountSchemas(ctx context.Context, schemas []string) ([]SchemaStats, error)
+}

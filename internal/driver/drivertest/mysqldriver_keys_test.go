@@ -29,7 +29,7 @@ func mysqlKeysSetup(t *testing.T) (context.Context, *sql.DB, *sqldriver.Driver, 
 	_, err := drv.Migrate(ctx)
 	require.NoError(t, err)
 	require.NoError(t, drv.PrepareOrdering(ctx))
-	return ctx, db, drv, outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectMariaDB})
+	return ctx, db, drv.Driver, outbox.NewWriter(outbox.WriterConfig{Dialect: outbox.DialectMariaDB})
 }
 
 func keyRows(t *testing.T, db *sql.DB) []string {

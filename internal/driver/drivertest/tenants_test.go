@@ -11,9 +11,8 @@ import (
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
-// SQLite keeps one outbox per file and MySQL/MariaDB one per database:
-// tenant discovery refuses them with ErrTenantsUnsupported, in one line
-// that says what to run instead.
+// SQLite keeps one outbox per file: tenant discovery refuses it with
+// ErrTenantsUnsupported, in one line that says what to run instead.
 func TestTenantsRefuseSQLite(t *testing.T) {
 	t.Parallel()
 	db := outbox.SQLite(drivertest.OpenSQLiteFile(t, filepath.Join(t.TempDir(), "outbox.db")))
@@ -22,12 +21,4 @@ func TestTenantsRefuseSQLite(t *testing.T) {
 	require.ErrorContains(t, err, "run one relay per file")
 	_, err = outbox.DiscoverTenants(t.Context(), db, "s_*", "")
 	require.ErrorIs(t, err, outbox.ErrTenantsUnsupported)
-}
-
-func TestTenantsRefuseMySQL(t *testing.T) {
-	t.Parallel()
-	_, sqlDB := drivertest.MySQLDatabase(t)
-	_, err := outbox.NewTenants(outbox.MySQL(sqlDB), outbox.TenantsConfig{Relay: outbox.RelayConfig{Sink: outboxtest.NewRecorder()}, Schemas: "s_*"})
-	require.ErrorIs(t, err, outbox.ErrTenantsUnsupported)
-	require.ErrorContains(t, err, "on MySQL run one relay per database")
 }

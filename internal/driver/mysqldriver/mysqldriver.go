@@ -35,10 +35,17 @@ const timeLayout = "2006-01-02 15:04:05.000000"
 // now is the database clock in UTC, whatever the session's time_zone.
 const now = `UTC_TIMESTAMP(6)`
 
+// Driver is the shared SQL driver with MySQL's own capabilities: tenant
+// discovery, where each tenant's outbox is a database of its own.
+type Driver struct {
+	*sqldriver.Driver
+	db *sql.DB
+}
+
 // New returns the driver for the outbox tables in schema: a database name,
 // or the connection's current database for "" and "public".
-func New(db *sql.DB, schema string) *sqldriver.Driver {
-	return sqldriver.New(db, Dialect{}, schemaName(schema))
+func New(db *sql.DB, schema string) *Driver {
+	return &Driver{Driver: sqldriver.New(db, Dialect{}, schemaName(schema)), db: db}
 }
 
 // schemaName maps the outbox's default schema to the connection's database.

@@ -1,6 +1,10 @@
 package pgdriver
 
-import "github.com/outboxkit/outbox/internal/driver"
+import (
+	"context"
+
+	"github.com/outboxkit/outbox/internal/driver"
+)
 
 // ClaimSQL exposes the claim statement to plan tests.
 func ClaimSQL(d *Driver) string { return d.q.claim }
@@ -40,3 +44,9 @@ func ReplayBatchSQL(d *Driver, p driver.ReplayParams) (string, []any, error) {
 // OwnedPartitionSQL exposes the partition read (block policy) and the processed
 // mark to plan tests.
 func OwnedPartitionSQL(d *Driver) (read, mark string) { return d.parts.read[0], d.parts.markProcessed }
+
+// CountSchemasChunked is CountSchemas with chunk schemas a statement, so
+// that a test shows the statement count with a few schemas.
+func CountSchemasChunked(ctx context.Context, d *Driver, schemas []string, chunk int) ([]driver.SchemaStats, error) {
+	return d.countSchemas(ctx, schemas, chunk)
+}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,12 +13,21 @@ import (
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
-var _ driver.TenantDiscoverer = (*Driver)(nil)
+var (
+	_ driver.TenantDiscoverer = (*Driver)(nil)
+	_ driver.TenantCounter    = (*Driver)(nil)
+)
 
 // DueChunk is how many schemas one statement of DueSchemas checks: a few
 // statements scan a thousand idle tenants, and each statement stays small
 // enough to plan quickly once and run from the statement cache after.
 const DueChunk = 250
+
+// StatsChunk is how many schemas one statement of CountSchemas counts.
+// Planning a UNION ALL grows faster than its branches: measured on 1,000
+// tenants, a 50-branch statement planned and ran in 26 ms warm, a
+// 200-branch one in 0.7 s.
+const StatsChunk = 50
 
 // OutboxSchemas lists the schemas holding an outbox_events table that the
 // role has USAGE on: a relay role granted only its tenants' schemas sees
@@ -167,4 +177,64 @@ func (d *Driver) DueSchemas(ctx context.Context, schemas []string) (due, expired
 		}
 	}
 	return due, expired, nil
+}
+
+// CountSchemas counts the outboxes of schemas in one statement per
+// StatsChunk schemas: a UNION ALL of one branch per schema, each one
+// aggregate over the schema's table with the definitions of Stats and
+// DeadLetterRetryStats (the status values; due means available_at <=
+// now(); the oldest due pending event's age, the earliest scheduled slow
+// retry). One scan of each table: Stats already reads the whole table to
+// count processed rows (no index holds them), so this reads no more than
+// each schema's Stats would, and its partial-index reads of pending,
+// processing and failed rows are saved; one table reference per branch
+// keeps the statement cheap to plan, where Stats' seven subqueries per
+// schema took seconds to plan for a few hundred schemas. Schema names are
+// quoted identifiers.
+func (d *Driver) CountSchemas(ctx context.Context, schemas []string) ([]driver.SchemaStats, error) {
+	return d.countSchemas(ctx, schemas, StatsChunk)
+}
+
+func (d *Driver) countSchemas(ctx context.Context, schemas []string, chunkSize int) ([]driver.SchemaStats, error) {
+	out := make([]driver.SchemaStats, len(schemas))
+	for start := 0; start < len(schemas); start += chunkSize {
+		chunk := schemas[start:min(start+chunkSize, len(schemas))]
+		var b strings.Builder
+		for i, s := range chunk {
+			if i > 0 {
+				b.WriteString("\nUNION ALL ")
+			}
+			b.WriteString("SELECT " + strconv.Itoa(start+i) + `,
+    count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'processing'),
+    count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status = 'failed'),
+    coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE status = 'pending' AND available_at <= now()))::float8, 0),
+    count(*) FILTER (WHERE status = 'failed' AND dead_letter_retry_at IS NOT NULL),
+    min(dead_letter_retry_at) FILTER (WHERE status = 'failed' AND dead_letter_retry_at IS NOT NULL)
+FROM ` + pgx.Identifier{s, "outbox_events"}.Sanitize())
+		}
+		rows, err := d.pool.Query(ctx, b.String())
+		if err != nil {
+			return nil, wrap(err)
+		}
+		var (
+			i   int32
+			s   driver.SchemaStats
+			age float64
+			due *time.Time
+		)
+		_, err = pgx.ForEachRow(rows, []any{&i, &s.Pending, &s.Processing, &s.Processed, &s.Failed, &age, &s.DeadLetterRetry.Waiting, &due}, func() error {
+			s.Schema = schemas[i]
+			s.OldestPendingAge = time.Duration(age * float64(time.Second))
+			s.DeadLetterRetry.NextDue = time.Time{}
+			if due != nil {
+				s.DeadLetterRetry.NextDue = due.UTC()
+			}
+			out[i] = s
+			return nil
+		})
+		if err != nil {
+			return nil, wrap(err)
+		}
+	}
+	return out, nil
 }

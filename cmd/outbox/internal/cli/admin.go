@@ -126,8 +126,8 @@ dashboard refreshes.`,
 			}
 			defer func() { _ = closer.Close() }()
 			if tenants.on() {
-				if kind != dburl.KindPostgres {
-					return usagef("%s needs PostgreSQL, whose schemas hold one outbox per tenant; run outbox admin per database with --schema", tenants.flagName())
+				if kind == dburl.KindSQLite {
+					return tenantKindError(tenants.flagName())
 				}
 				cfg.Tenants = func(ctx context.Context) ([]string, error) {
 					return outbox.DiscoverTenants(ctx, db, tenants.schemas, tenants.query)

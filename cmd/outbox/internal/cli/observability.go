@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -268,6 +269,7 @@ func sinkLabel(sinkURL string) string {
 type tenantObservers struct {
 	*observers
 	reg     *prometheus.Registry
+	mu      sync.Mutex // guards metrics: several databases start at once
 	metrics []*outboxprom.TenantMetrics
 	mode    outboxprom.TenantMode
 	sink    string
@@ -276,8 +278,9 @@ type tenantObservers struct {
 // startTenantObservers starts what o asks for, for Tenants: the alerter's
 // and the tracer's hooks go into cfg (every tenant's relay shares them;
 // events carry their tenant), the metrics come per database from
-// tenantMetrics. stop undoes it, also after an error.
-func (a *app) startTenantObservers(ctx context.Context, o *observability, cfg *outbox.RelayConfig, sinkURL, mode string) (*tenantObservers, error) {
+// tenantMetrics, and /readyz checks each of dbs. stop undoes it, also
+// after an error.
+func (a *app) startTenantObservers(ctx context.Context, o *observability, cfg *outbox.RelayConfig, sinkURL, mode string, dbs []tenantDatabase) (*tenantObservers, error) {
 	m, _ := outboxprom.ParseTenantMode(mode) // checked with the flags
 	obs := &tenantObservers{observers: &observers{log: a.logger, redact: a.redact}, mode: m, sink: sinkLabel(sinkURL)}
 	if o.metricsAddr != "" {
@@ -300,6 +303,13 @@ func (a *app) startTenantObservers(ctx context.Context, o *observability, cfg *o
 			}
 			return nil
 		})
+		// Each database's reachability; with several, one that is down
+		// is reported but leaves the relay ready: it serves the others.
+		for _, d := range dbs {
+			if d.ready != nil {
+				ready.checks = append(ready.checks, readyCheck{name: "database " + d.displayLabel(), check: d.ready.check(), soft: len(dbs) > 1})
+			}
+		}
 		mux.Handle("GET /readyz", ready)
 		obs.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn)}
@@ -332,7 +342,9 @@ func (obs *tenantObservers) tenantMetrics(db outbox.Database, label string) ([]o
 		return nil, err
 	}
 	tm.SetRelayUp(true)
+	obs.mu.Lock()
 	obs.metrics = append(obs.metrics, tm)
+	obs.mu.Unlock()
 	return []outbox.TenantObserver{tm}, nil
 }
 
@@ -341,9 +353,11 @@ func (obs *tenantObservers) stop() {
 	if obs == nil {
 		return
 	}
+	obs.mu.Lock()
 	for _, tm := range obs.metrics {
 		tm.SetRelayUp(false)
 	}
+	obs.mu.Unlock()
 	obs.observers.stop()
 }
 

@@ -36,10 +36,13 @@ type readiness struct {
 	redact *redactor
 }
 
-// readyCheck is one named condition of readiness: nil means it holds.
+// readyCheck is one named condition of readiness: nil means it holds. A
+// soft check's failure is reported but leaves the process ready: one of
+// several databases that is down holds up only its own tenants.
 type readyCheck struct {
 	name  string
 	check func(context.Context) error
+	soft  bool
 }
 
 // add appends a check; checks run in the order they were added, each
@@ -58,9 +61,14 @@ func (r *readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		err := c.check(ctx)
 		cancel()
 		if err != nil {
-			ready = false
+			note := ""
+			if c.soft {
+				note = " (its tenants wait; the other databases' are served)"
+			} else {
+				ready = false
+			}
 			// One line per check, with no secret a driver error may quote.
-			fmt.Fprintf(&body, "%s: %s\n", c.name, r.redact.String(oneLine(err.Error())))
+			fmt.Fprintf(&body, "%s: %s%s\n", c.name, r.redact.String(oneLine(err.Error())), note)
 			continue
 		}
 		fmt.Fprintf(&body, "%s: ok\n", c.name)
@@ -141,4 +149,35 @@ func (s *relayState) check(context.Context) error {
 		return errors.New("starting")
 	}
 	return nil
+}
+
+// tenantDatabaseReady is one database of a tenant relay as /readyz sees
+// it: set once its pool is made.
+type tenantDatabaseReady struct {
+	db atomic.Pointer[outbox.Database]
+}
+
+// set hands the database's pool to its check.
+func (r *tenantDatabaseReady) set(db outbox.Database) {
+	if r != nil {
+		r.db.Store(&db)
+	}
+}
+
+// check is ready while the database answers tenant discovery's catalog
+// query (one statement, cached for readyDatabaseTTL).
+func (r *tenantDatabaseReady) check() func(context.Context) error {
+	return cachedCheck(readyDatabaseTTL, func(ctx context.Context) error {
+		db := r.db.Load()
+		if db == nil {
+			return errors.New("connecting")
+		}
+		if _, err := outbox.DiscoverTenants(ctx, *db, "*", ""); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("no answer within %s", readyCheckTimeout)
+			}
+			return err
+		}
+		return nil
+	})
 }

@@ -290,7 +290,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 			return usagef("invalid %s %q: use per-tenant or aggregate", m.name("tenant-metrics"), clip(rf.tenants.metrics))
 		}
 		if multi == nil {
-			multi = []tenantDatabase{{pc: pc}}
+			multi = []tenantDatabase{{pc: pc, raw: rawDB}}
 		}
 		return a.runTenants(cmd.Context(), multi, cfg, desc, &rf.tenants, &rf.obs)
 	}

@@ -60,8 +60,8 @@ func (a *app) checkTenantFlags(m *merger, t *tenantFlags, kind dburl.Kind) error
 	switch {
 	case t.schemas != "" && t.query != "":
 		return usagef("%s and %s are both set: discover tenants one way", m.name("tenant-schemas"), m.name("tenant-query"))
-	case kind != dburl.KindPostgres:
-		return usagef("%s needs PostgreSQL, whose schemas hold one outbox per tenant; on %s run one relay per %s", name, kind, map[bool]string{true: "database file", false: "database"}[kind == dburl.KindSQLite])
+	case kind == dburl.KindSQLite:
+		return tenantKindError(name)
 	case a.schema != outbox.SchemaDefault:
 		return usagef("%s is set with %s: each tenant's schema is its own; leave %s out", name, a.globalName("schema"), a.globalName("schema"))
 	case t.refresh <= 0:
@@ -73,11 +73,58 @@ func (a *app) checkTenantFlags(m *merger, t *tenantFlags, kind dburl.Kind) error
 	return nil
 }
 
+// tenantKindError refuses the tenant flags on SQLite, where there is no
+// tenant to discover.
+func tenantKindError(flag string) error {
+	return usagef("%s does not apply to SQLite: a SQLite file holds one outbox (one schema), so there are no tenant schemas to discover; run one relay per file, each with its --database-url", flag)
+}
+
+// checkTenantKind refuses the tenant flags on SQLite before connecting.
+func (a *app) checkTenantKind(t *tenantFlags) error {
+	c, _, err := a.parseDatabase()
+	if err != nil {
+		return err
+	}
+	if c.Kind == dburl.KindSQLite {
+		return tenantKindError(t.flagName())
+	}
+	return nil
+}
+
+// isSystemSchema reports whether name is one the database keeps for its
+// own catalogs, which no tenant may be: PostgreSQL's pg_* and
+// information_schema, MySQL's mysql, sys and *_schema databases, and on
+// MySQL public, which names the URL's own database.
+func isSystemSchema(kind dburl.Kind, name string) bool {
+	if kind == dburl.KindPostgres {
+		return strings.HasPrefix(strings.ToLower(name), "pg_") || name == "information_schema"
+	}
+	switch strings.ToLower(name) {
+	case "mysql", "sys", "information_schema", "performance_schema", "public":
+		return true
+	}
+	return false
+}
+
 // tenantDatabase is one database the tenant relay serves: its pool's
-// configuration and, with several, its label (host:port/name).
+// configuration (PostgreSQL) or its URL (MySQL/MariaDB), and, with
+// several, its label (host:port/name).
 type tenantDatabase struct {
 	pc    *pgxpool.Config
+	raw   string // the MySQL/MariaDB URL when pc is nil
 	label string
+	ready *tenantDatabaseReady // its /readyz check, with --metrics-addr
+}
+
+// displayLabel names the database in /readyz: its label, host:port/name.
+func (d tenantDatabase) displayLabel() string {
+	if d.label != "" {
+		return d.label
+	}
+	if d.pc != nil {
+		return describeDatabase(d.pc)
+	}
+	return describeSQLDatabase(d.raw)
 }
 
 // tenantDatabaseURLs returns the databases a tenant relay serves when
@@ -110,7 +157,7 @@ func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error
 	for _, raw := range urls {
 		a.redact.addDatabaseURL(raw)
 		if raw == "" || isSQLURL(raw) {
-			return nil, usagef("invalid %s `%s`: several databases are served with tenant discovery, which needs PostgreSQL URLs", name, redactDatabaseURL(raw))
+			return nil, usagef("invalid %s `%s`: several databases need PostgreSQL URLs; on MySQL or MariaDB give one URL: the tenant databases of its server are discovered", name, redactDatabaseURL(raw))
 		}
 		pc, err := pgxpool.ParseConfig(raw)
 		if err != nil {
@@ -135,7 +182,12 @@ func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error
 // down, slow or unreachable holds up only its own tenants, and is retried
 // until it answers.
 func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.RelayConfig, sinkName string, t *tenantFlags, o *observability) error {
-	obs, err := a.startTenantObservers(ctx, o, &cfg, sinkName, t.metrics)
+	if o.metricsAddr != "" {
+		for i := range dbs {
+			dbs[i].ready = &tenantDatabaseReady{}
+		}
+	}
+	obs, err := a.startTenantObservers(ctx, o, &cfg, sinkName, t.metrics, dbs)
 	if err != nil {
 		return err
 	}
@@ -176,6 +228,9 @@ func (a *app) runTenants(ctx context.Context, dbs []tenantDatabase, cfg outbox.R
 // With one database the pool is connected at once, so a wrong URL fails
 // the command.
 func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) (*outbox.Tenants, func(), error) {
+	if d.pc == nil {
+		return a.newSQLTenants(ctx, d, cfg, t, obs)
+	}
 	pc := d.pc
 	outbox.ConfigureRelayPool(pc, cfg.RelayID)
 	if cfg.PgBouncer {
@@ -201,6 +256,7 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 		return nil, nil, err
 	}
 	db := outbox.Postgres(pool)
+	d.ready.set(db)
 	// The metrics name the database even when it is the only one (whose
 	// events' ids stay unqualified by it).
 	observers, err := obs.tenantMetrics(db, cmp.Or(d.label, describeDatabase(pc)))
@@ -217,6 +273,45 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 		return nil, nil, relayConfigError(err)
 	}
 	return ts, pool.Close, nil
+}
+
+// newSQLTenants is newTenants for MySQL/MariaDB, where each tenant is a
+// database of the server the URL names.
+func (a *app) newSQLTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) (*outbox.Tenants, func(), error) {
+	db, closer, kind, err := dburl.Open(ctx, d.raw, dburl.Options{RelayID: cfg.RelayID, MaxConns: 2*cfg.Workers + 4, ConnectTimeout: connectTimeout})
+	if err != nil {
+		return nil, nil, err
+	}
+	closeDB := func() { _ = closer.Close() }
+	d.ready.set(db)
+	if cfg.Listen {
+		a.logger.Warn("--listen has no effect on " + string(kind) + ": only PostgreSQL has LISTEN/NOTIFY; the due scan wakes the tenants")
+		cfg.Listen = false
+	}
+	observers, err := obs.tenantMetrics(db, cmp.Or(d.label, describeSQLDatabase(d.raw)))
+	if err != nil {
+		closeDB()
+		return nil, nil, err
+	}
+	ts, err := outbox.NewTenants(db, outbox.TenantsConfig{
+		Relay: cfg, Schemas: t.schemas, Query: t.query, Refresh: t.refresh, Database: d.label, Logger: a.logger,
+		Observers: observers,
+	})
+	if err != nil {
+		closeDB()
+		return nil, nil, relayConfigError(err)
+	}
+	return ts, closeDB, nil
+}
+
+// describeSQLDatabase labels a MySQL/MariaDB URL host:port/name, never
+// with its credentials.
+func describeSQLDatabase(raw string) string {
+	c, err := dburl.Parse(raw)
+	if err != nil || c.MySQL == nil {
+		return ""
+	}
+	return c.MySQL.Addr + "/" + c.MySQL.DBName
 }
 
 // serveTenantDatabase runs one database's tenants until ctx ends,
@@ -263,14 +358,14 @@ func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(d
 	if a.schema != outbox.SchemaDefault {
 		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
 	}
+	if err := a.checkTenantKind(t); err != nil {
+		return err
+	}
 	db, closer, kind, err := a.openDatabase(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = closer.Close() }()
-	if kind != dburl.KindPostgres {
-		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant; on %s migrate each database with --schema", kind)
-	}
 	schemas, err := outbox.ListTenants(ctx, db, t.schemas, t.query)
 	if err != nil {
 		return err
@@ -280,8 +375,8 @@ func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(d
 	}
 	failed := 0
 	for _, s := range schemas {
-		if strings.HasPrefix(strings.ToLower(s), "pg_") || s == "information_schema" {
-			a.stdout.printf("%s: skipped: PostgreSQL keeps that name for its own catalogs\n", quoteSchema(s))
+		if isSystemSchema(kind, s) {
+			a.stdout.printf("%s: skipped: the name is reserved for the database's own catalogs (on MySQL, public means the URL's database)\n", quoteSchema(s))
 			failed++
 			continue
 		}
@@ -374,14 +469,14 @@ func (a *app) eachTenant(ctx context.Context, t *tenantFlags, fn func(schema str
 	if a.schema != outbox.SchemaDefault {
 		return 0, 0, usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
 	}
-	db, closer, kind, err := a.openDatabase(ctx)
+	if err := a.checkTenantKind(t); err != nil {
+		return 0, 0, err
+	}
+	db, closer, _, err := a.openDatabase(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer func() { _ = closer.Close() }()
-	if kind != dburl.KindPostgres {
-		return 0, 0, usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
-	}
 	schemas, err := outbox.DiscoverTenants(ctx, db, t.schemas, t.query)
 	if err != nil {
 		return 0, 0, err
@@ -407,8 +502,9 @@ type tenantStatsWatchJSON struct {
 	tenantsStatsJSON
 }
 
-// tenantStats counts every tenant's events, one tenant at a time (the
-// counts of one schema are what Manager.Stats reads), and writes them;
+// tenantStats counts every tenant's events (Manager.TenantStats: what
+// Manager.Stats reads of each schema, in one statement per few hundred
+// tenants), and writes them;
 // with watch, again every interval (discovering tenants each time) until
 // ctx ends: redrawn in place on a terminal, a block or a JSON line per
 // refresh elsewhere.
@@ -419,14 +515,14 @@ func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON, watch boo
 	if a.schema != outbox.SchemaDefault {
 		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
 	}
-	db, closer, kind, err := a.openDatabase(ctx)
+	if err := a.checkTenantKind(t); err != nil {
+		return err
+	}
+	db, closer, _, err := a.openDatabase(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = closer.Close() }()
-	if kind != dburl.KindPostgres {
-		return usagef("--tenant-schemas and --tenant-query need PostgreSQL, whose schemas hold one outbox per tenant")
-	}
 	if !watch {
 		doc, err := countTenants(ctx, db, t)
 		if err != nil {
@@ -495,13 +591,14 @@ func countTenants(ctx context.Context, db outbox.Database, t *tenantFlags) (tena
 		return tenantsStatsJSON{}, err
 	}
 	doc := tenantsStatsJSON{Tenants: make([]tenantStatsJSON, 0, len(schemas))}
-	for _, s := range schemas {
-		st, err := outbox.NewManager(db, outbox.ManagerConfig{Schema: s}).Stats(ctx)
-		if err != nil {
-			return doc, fmt.Errorf("tenant %s: %w", quoteSchema(s), err)
-		}
-		c := outboxadmin.NewCountsJSON(st)
-		doc.Tenants = append(doc.Tenants, tenantStatsJSON{Schema: s, Pending: c.Pending, Processing: c.Processing,
+	// One statement per few hundred tenants on PostgreSQL.
+	counts, err := outbox.NewManager(db, outbox.ManagerConfig{}).TenantStats(ctx, schemas)
+	if err != nil {
+		return doc, err
+	}
+	for _, st := range counts {
+		c := outboxadmin.NewCountsJSON(st.Stats)
+		doc.Tenants = append(doc.Tenants, tenantStatsJSON{Schema: st.Schema, Pending: c.Pending, Processing: c.Processing,
 			Processed: c.Processed, Failed: c.Failed, OldestPendingAgeSeconds: c.OldestPendingAgeSeconds})
 		doc.Pending += c.Pending
 		doc.Processing += c.Processing
