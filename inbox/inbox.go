@@ -259,6 +259,121 @@ func (in *Inbox) StoreSQL(ctx context.Context, db SQLTx, msg Message) (Result, e
 	return in.sqlPut(ctx, db, msg, false)
 }
 
+// PgxBatcher sends a batch of statements in one round trip:
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx.
+type PgxBatcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// SQLBeginner begins a database/sql transaction: *sql.DB and *sql.Conn.
+type SQLBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// StoreBatch is Store for several messages at once, all or none: on a pool
+// it sends every insert in one round trip, run by PostgreSQL as one
+// implicit transaction, so when it returns without an error every message
+// is stored (a message seen before, also earlier in msgs, is a duplicate
+// and stored once). The results are in msgs' order. A message that fails
+// CheckMessage stores none of them.
+func (in *Inbox) StoreBatch(ctx context.Context, db PgxBatcher, msgs []Message) ([]Result, error) {
+	if in.cfg.Dialect != outbox.DialectPostgres {
+		return nil, in.dialectError("StoreBatch", "StoreBatchSQL")
+	}
+	recs, err := in.records(msgs)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	for _, rec := range recs {
+		b.Queue(in.pgInsert.SQL, in.pgInsert.Args(rec)...)
+	}
+	br := db.SendBatch(ctx, b)
+	results := make([]Result, len(recs))
+	for i, rec := range recs {
+		tag, err := br.Exec()
+		if err != nil {
+			_ = br.Close()
+			return nil, recordError(rec, pgdriver.WrapError(err))
+		}
+		results[i] = Result{Duplicate: tag.RowsAffected() == 0}
+	}
+	if err := br.Close(); err != nil {
+		return nil, recordError(recs[0], pgdriver.WrapError(err))
+	}
+	in.observeAll(ctx, msgs, results)
+	return results, nil
+}
+
+// StoreBatchSQL is StoreBatch for database/sql: the messages are stored
+// in one transaction begun on db, which commits once for all of them. On
+// MySQL and MariaDB a transaction chosen as a deadlock victim is run
+// again, up to three times in all, as HandleSQL does.
+func (in *Inbox) StoreBatchSQL(ctx context.Context, db SQLBeginner, msgs []Message) ([]Result, error) {
+	recs, err := in.records(msgs)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		results, err := in.storeBatchSQL(ctx, db, recs)
+		if err != nil && attempt < 3 && in.sqlDial != nil && in.sqlDial.Transient(err) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		in.observeAll(ctx, msgs, results)
+		return results, nil
+	}
+}
+
+func (in *Inbox) storeBatchSQL(ctx context.Context, db SQLBeginner, recs []*driver.InboxRecord) ([]Result, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, recordError(recs[0], in.wrapSQLError(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	results := make([]Result, len(recs))
+	for i, rec := range recs {
+		if results[i], err = in.sqlRecord(ctx, tx, rec); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, recordError(recs[0], in.wrapSQLError(err))
+	}
+	return results, nil
+}
+
+// records validates and encodes msgs for the driver.
+func (in *Inbox) records(msgs []Message) ([]*driver.InboxRecord, error) {
+	if len(msgs) == 0 {
+		return nil, errors.New("inbox: no messages to store")
+	}
+	recs := make([]*driver.InboxRecord, len(msgs))
+	for i, msg := range msgs {
+		rec, err := in.record(msg, false)
+		if err != nil {
+			return nil, err
+		}
+		recs[i] = rec
+	}
+	return recs, nil
+}
+
+func (in *Inbox) wrapSQLError(err error) error {
+	if in.sqlInsert == nil {
+		return pgdriver.WrapError(err)
+	}
+	return sqldriver.WrapError(in.sqlDial, err)
+}
+
+func (in *Inbox) observeAll(ctx context.Context, msgs []Message, results []Result) {
+	for i, msg := range msgs {
+		in.observe(ctx, msg, results[i], nil)
+	}
+}
+
 func (in *Inbox) pgPut(ctx context.Context, tx PgxTx, msg Message, processed bool) (Result, error) {
 	rec, err := in.record(msg, processed)
 	if err != nil {

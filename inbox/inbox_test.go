@@ -342,3 +342,48 @@ func TestMigrateInboxTrack(t *testing.T) {
 	require.Zero(t, ov)
 	require.Contains(t, outboxmigrate.InboxSQL(db, cfg), "inbox_messages")
 }
+
+func TestStoreBatchAllOrNone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, inbox.Config{Consumer: "mailer"})
+	_, err := b.inbox.Store(ctx, b.pool, msg("1"))
+	require.NoError(t, err)
+	dups := func(results []inbox.Result) []bool {
+		var out []bool
+		for _, r := range results {
+			out = append(out, r.Duplicate)
+		}
+		return out
+	}
+
+	results, err := b.inbox.StoreBatch(ctx, b.pool, []inbox.Message{msg("1"), msg("2"), msg("3"), msg("2")})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, false, true}, dups(results), "stored before, new, new, earlier in the batch")
+	require.Equal(t, 3, b.count(t, b.inboxTable(), `WHERE consumer = 'mailer'`))
+
+	// A statement failing late in the batch stores none of it.
+	_, err = b.pool.Exec(ctx, `ALTER TABLE `+b.inboxTable()+` ADD CONSTRAINT refuse_bad CHECK (message_id <> 'bad')`)
+	require.NoError(t, err)
+	_, err = b.inbox.StoreBatch(ctx, b.pool, []inbox.Message{msg("4"), msg("5"), msg("bad")})
+	require.ErrorContains(t, err, "record message")
+	require.Equal(t, 3, b.count(t, b.inboxTable(), `WHERE consumer = 'mailer'`), "nothing of the failed batch")
+
+	// An invalid message refuses the batch before anything is sent.
+	_, err = b.inbox.StoreBatch(ctx, b.pool, []inbox.Message{msg("6"), {Source: "/outbox"}})
+	var me *inbox.MessageError
+	require.ErrorAs(t, err, &me)
+	_, err = b.inbox.StoreBatch(ctx, b.pool, nil)
+	require.Error(t, err)
+
+	// database/sql alike, in one transaction.
+	sqlDB := stdlib.OpenDBFromPool(b.pool)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	results, err = b.inbox.StoreBatchSQL(ctx, sqlDB, []inbox.Message{msg("3"), msg("6"), msg("6")})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true}, dups(results))
+	_, err = b.inbox.StoreBatchSQL(ctx, sqlDB, []inbox.Message{msg("7"), msg("bad")})
+	require.Error(t, err)
+	require.Equal(t, 4, b.count(t, b.inboxTable(), `WHERE consumer = 'mailer'`))
+	require.Zero(t, b.count(t, b.inboxTable(), `WHERE message_id IN ('4', '5', '7', 'bad')`))
+}

@@ -179,3 +179,65 @@ func TestWebhookConfigErrors(t *testing.T) {
 		require.NotContains(t, err.Error(), "!!!", "errors never quote the secret")
 	}
 }
+
+func TestWebhookHandlerBatchGoesToReceiveBatch(t *testing.T) {
+	t.Parallel()
+	rec := &recorded{}
+	var calls [][]inbox.Message
+	var batchFail error
+	receiveBatch := func(ctx context.Context, ms []inbox.Message) ([]inbox.Result, error) {
+		if batchFail != nil {
+			return nil, batchFail
+		}
+		calls = append(calls, ms)
+		results := make([]inbox.Result, len(ms))
+		for i, m := range ms {
+			var err error
+			if results[i], err = rec.receive(ctx, m); err != nil {
+				return nil, err
+			}
+		}
+		return results, nil
+	}
+	event := func(id string) string {
+		return `{"specversion":"1.0","id":"` + id + `","source":"/outbox","type":"order.created","data":{"n":"` + id + `"}}`
+	}
+	post := func(h http.Handler, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{Receive: rec.receive, ReceiveBatch: receiveBatch, Logger: quiet})
+	require.NoError(t, err)
+
+	w := post(h, `[`+event("1")+`,`+event("2")+`,`+event("3")+`]`)
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.JSONEq(t, `{"status":"stored"}`, w.Body.String())
+	require.Len(t, calls, 1, "one call for the whole batch")
+	require.Len(t, calls[0], 3)
+	require.Len(t, rec.msgs, 3)
+
+	w = post(h, `[`+event("2")+`,`+event("3")+`]`)
+	require.JSONEq(t, `{"status":"duplicate"}`, w.Body.String())
+
+	w = post(h, `[`+event("4")+`]`)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Len(t, calls, 2, "a batch of one goes to Receive")
+	require.Len(t, rec.msgs, 4)
+
+	batchFail = errors.New("connection refused")
+	w = post(h, `[`+event("5")+`,`+event("6")+`]`)
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.NotContains(t, w.Body.String(), "connection refused")
+	require.Len(t, rec.msgs, 4)
+
+	// Without ReceiveBatch, each message goes through Receive.
+	rec2 := &recorded{}
+	h, err = inbox.NewWebhookHandler(inbox.WebhookConfig{Receive: rec2.receive, Logger: quiet})
+	require.NoError(t, err)
+	w = post(h, `[`+event("1")+`,`+event("2")+`]`)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Len(t, rec2.msgs, 2)
+}

@@ -258,6 +258,18 @@ func freeAddr(t *testing.T) string {
 // exactly one row per committed event and none for rolled-back ones.
 func TestReceiveEndToEndWithKills(t *testing.T) {
 	t.Parallel()
+	t.Run("one event per request", func(t *testing.T) {
+		t.Parallel()
+		receiveEndToEndWithKills(t)
+	})
+	// The receiver stores a batch's events all or none, in one round trip.
+	t.Run("batches", func(t *testing.T) {
+		t.Parallel()
+		receiveEndToEndWithKills(t, "--webhook-batch", "5")
+	})
+}
+
+func receiveEndToEndWithKills(t *testing.T, relayExtra ...string) {
 	b := setup(t)
 	inbox := inboxSchema(t)
 	addr := freeAddr(t)
@@ -265,6 +277,7 @@ func TestReceiveEndToEndWithKills(t *testing.T) {
 	relayArgs := []string{"--database-url", db, "--schema", b.schema, "--log-level", "warn", "relay",
 		"--sink", "http://" + addr + "/outbox", "--webhook-secret", receiveSecret, "--source", "/e2e",
 		"--batch-size", "10", "--poll-interval", "50ms", "--lease", "3s", "--probe-interval", "100ms", "--sink-timeout", "2s"}
+	relayArgs = append(relayArgs, relayExtra...)
 	receiverArgs := []string{"--database-url", db, "--schema", inbox, "--log-format", "json",
 		"receive", "--addr", addr, "--webhook-secret", receiveSecret, "--consumer", "e2e"}
 

@@ -157,6 +157,25 @@ func TestInboxSQLDatabases(t *testing.T) {
 				require.True(t, res.Duplicate)
 				require.Equal(t, 1, countEffects(t, d.db))
 			})
+			t.Run("store a batch in one transaction", func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				d, in := setupInbox(t, open)
+				_, err := in.StoreSQL(ctx, d.db, inboxMessage("1"))
+				require.NoError(t, err)
+				results, err := in.StoreBatchSQL(ctx, d.db, []inbox.Message{inboxMessage("1"), inboxMessage("2"), inboxMessage("3"), inboxMessage("2")})
+				require.NoError(t, err)
+				var dups []bool
+				for _, r := range results {
+					dups = append(dups, r.Duplicate)
+				}
+				require.Equal(t, []bool{true, false, false, true}, dups, "stored before, new, new, earlier in the batch")
+				_, err = in.StoreBatchSQL(ctx, d.db, []inbox.Message{inboxMessage("4"), {Source: "/outbox"}})
+				require.Error(t, err)
+				var n int
+				require.NoError(t, d.db.QueryRowContext(ctx, `SELECT count(*) FROM inbox_messages`).Scan(&n))
+				require.Equal(t, 3, n)
+			})
 			t.Run("store, lag and purge", func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()

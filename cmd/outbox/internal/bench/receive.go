@@ -47,8 +47,9 @@ const receiveRounds = 4
 //     event per request as the relay sends them by default, or a
 //     CloudEvents batch of ReceiveBatch) POSTs the events to an
 //     inbox.WebhookHandler on loopback whose Receive is inbox.Store on a
-//     pool of Writers connections with the database's defaults: what
-//     `outbox receive` serves.
+//     pool of Writers connections with the database's defaults, and whose
+//     ReceiveBatch (a batch's events, one round trip) is inbox.StoreBatch:
+//     what `outbox receive` serves.
 //
 //   - reference: Writers goroutines insert the same messages (same source,
 //     IDs, payload and headers) with INSERT … ON CONFLICT DO NOTHING, one
@@ -207,6 +208,17 @@ func (r *Runner) startReceiver(ctx context.Context, s scratch, pool *pgxpool.Poo
 				rc.dups.Add(1)
 			}
 			return res, err
+		},
+		ReceiveBatch: func(ctx context.Context, ms []inbox.Message) ([]inbox.Result, error) {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			results, err := in.StoreBatch(ctx, pool, ms)
+			for _, res := range results {
+				if res.Duplicate {
+					rc.dups.Add(1)
+				}
+			}
+			return results, err
 		}})
 	if err != nil {
 		return nil, err

@@ -245,14 +245,14 @@ func (a *app) receive(ctx context.Context, rf receiveFlags) error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	receive, _, done, err := a.receiveStore(ctx, rf)
+	st, _, done, err := a.receiveStore(ctx, rf)
 	if err != nil {
 		return err
 	}
 	defer done()
 	h, err := inbox.NewWebhookHandler(inbox.WebhookConfig{
 		Secret: rf.secret, Tolerance: rf.tolerance, MaxBodyBytes: rf.maxBody, Source: rf.source, Logger: a.logger,
-		Receive: receive,
+		Receive: st.one, ReceiveBatch: st.batch,
 	})
 	if err != nil {
 		return usagef("%v", err)
@@ -314,16 +314,24 @@ func dialectOf(kind dburl.Kind) outbox.Dialect {
 	return outbox.DialectPostgres
 }
 
+// receiveStores store messages unprocessed, committed when they return,
+// each call bounded by receiveStoreTimeout: one message, or several all
+// or none in one round trip (PostgreSQL) or one transaction.
+type receiveStores struct {
+	one   func(context.Context, inbox.Message) (inbox.Result, error)
+	batch func(context.Context, []inbox.Message) ([]inbox.Result, error)
+}
+
 // receiveStore opens the database, checks it has the inbox, starts the
-// metrics server when --metrics-addr is set, and returns the function that
-// stores one message (bounded by receiveStoreTimeout), the metrics server
+// metrics server when --metrics-addr is set, and returns the functions that
+// store messages, the metrics server
 // (nil without --metrics-addr) and done, which stops the metrics server and
 // then closes the database. Call done once, after the last store returned;
 // on an error, what was opened is already closed.
-func (a *app) receiveStore(ctx context.Context, rf receiveFlags) (receive func(context.Context, inbox.Message) (inbox.Result, error), metrics *receiveMetrics, done func(), err error) {
+func (a *app) receiveStore(ctx context.Context, rf receiveFlags) (st receiveStores, metrics *receiveMetrics, done func(), err error) {
 	db, closer, kind, err := a.openDatabase(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return receiveStores{}, nil, nil, err
 	}
 	// A local, not the result done: a failing return sets done to nil
 	// before the deferred cleanup runs.
@@ -337,45 +345,69 @@ func (a *app) receiveStore(ctx context.Context, rf receiveFlags) (receive func(c
 		}
 	}()
 	if err = a.checkInbox(ctx, db); err != nil {
-		return nil, nil, nil, err
+		return receiveStores{}, nil, nil, err
 	}
 	cfg := inbox.Config{Schema: a.schema, Consumer: rf.consumer, Dialect: dialectOf(kind)}
 	if rf.metricsAddr != "" {
 		if metrics, err = a.serveReceiveMetrics(ctx, rf, db); err != nil {
-			return nil, nil, nil, err
+			return receiveStores{}, nil, nil, err
 		}
 		cfg.Hooks = append(cfg.Hooks, metrics.m)
 	}
 	in, err := inbox.New(cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return receiveStores{}, nil, nil, err
 	}
-	store, err := storeFunc(in, closer)
+	store, err := storeFuncs(in, closer)
 	if err != nil {
-		return nil, nil, nil, err
+		return receiveStores{}, nil, nil, err
 	}
-	receive = func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+	debug := func(ctx context.Context, m inbox.Message, res inbox.Result) {
+		if a.logger.Enabled(ctx, slog.LevelDebug) {
+			a.logger.Debug("message received", "message_id", m.ID, "source", m.Source, "duplicate", res.Duplicate)
+		}
+	}
+	st.one = func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
 		defer cancel()
-		res, err := store(ctx, m)
-		if err == nil && a.logger.Enabled(ctx, slog.LevelDebug) {
-			a.logger.Debug("message received", "message_id", m.ID, "source", m.Source, "duplicate", res.Duplicate)
+		res, err := store.one(ctx, m)
+		if err == nil {
+			debug(ctx, m, res)
 		}
 		return res, err
 	}
-	return receive, metrics, closeAll, nil
+	st.batch = func(ctx context.Context, ms []inbox.Message) ([]inbox.Result, error) {
+		ctx, cancel := context.WithTimeout(ctx, receiveStoreTimeout)
+		defer cancel()
+		results, err := store.batch(ctx, ms)
+		for i := range results {
+			debug(ctx, ms[i], results[i])
+		}
+		return results, err
+	}
+	return st, metrics, closeAll, nil
 }
 
-// storeFunc stores a message unprocessed, committed when it returns, on
+// storeFuncs store messages unprocessed, committed when they return, on
 // the pool openDatabase returned.
-func storeFunc(in *inbox.Inbox, closer any) (func(context.Context, inbox.Message) (inbox.Result, error), error) {
+func storeFuncs(in *inbox.Inbox, closer any) (receiveStores, error) {
 	switch c := closer.(type) {
 	case dburl.PgPool:
-		return func(ctx context.Context, m inbox.Message) (inbox.Result, error) { return in.Store(ctx, c.Pool, m) }, nil
+		return receiveStores{
+			one: func(ctx context.Context, m inbox.Message) (inbox.Result, error) { return in.Store(ctx, c.Pool, m) },
+			batch: func(ctx context.Context, ms []inbox.Message) ([]inbox.Result, error) {
+				return in.StoreBatch(ctx, c.Pool, ms)
+			},
+		}, nil
 	case *sql.DB:
-		return func(ctx context.Context, m inbox.Message) (inbox.Result, error) { return in.StoreSQL(ctx, c, m) }, nil
+		return receiveStores{
+			one: func(ctx context.Context, m inbox.Message) (inbox.Result, error) { return in.StoreSQL(ctx, c, m) },
+			batch: func(ctx context.Context, ms []inbox.Message) ([]inbox.Result, error) {
+				return in.StoreBatchSQL(ctx, c, ms)
+			},
+		}, nil
 	}
-	return nil, fmt.Errorf("receive: unexpected database handle %T", closer)
+	return receiveStores{}, fmt.Errorf("receive: unexpected database handle %T", closer)
 }
 
 // receiveMetrics is the receiver's metrics server.
@@ -471,11 +503,12 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 	}
 	// done runs after the broker's client closed (deferred before it):
 	// nothing is stored after the database closes.
-	receive, metrics, done, err := a.receiveStore(ctx, rf)
+	st, metrics, done, err := a.receiveStore(ctx, rf)
 	if err != nil {
 		return err
 	}
 	defer done()
+	receive := st.one
 	fromError := func(err error) error {
 		var ce *outbox.ConfigError
 		if errors.As(err, &ce) {
