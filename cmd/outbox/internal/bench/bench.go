@@ -214,6 +214,8 @@ type Config struct {
 	Retentions []outbox.Retention
 	// OrderedKeys, when set, adds an ordered drain (RelayConfig.Ordering
 	// aggregate) after each unordered one, one per entry, with the backlog
+	// spread over that many aggregates; and likewise an ordered latency run
+	// after each unordered one (not with WakeLogical), the writers' events
 	// spread over that many aggregates.
 	OrderedKeys []int
 	// Wakes are the wake-up modes steady and latency run in, one run each.

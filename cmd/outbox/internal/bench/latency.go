@@ -21,7 +21,29 @@ const deliverTimeout = 30 * time.Second
 // it, both by this host's clock. It waits until every committed event is
 // delivered; the report's EventsPerS is the writers' achieved rate.
 func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
+	return r.latency(ctx, retention, wake, 0)
+}
+
+// OrderedLatency is Latency with the relay ordered (RelayConfig.Ordering
+// aggregate) and the writers' events spread over keys aggregates. The
+// capture relay (WakeLogical) has no ordered mode.
+func (r *Runner) OrderedLatency(ctx context.Context, retention outbox.Retention, wake Wake, keys int) (Report, error) {
+	if keys < 1 {
+		return Report{}, &ConfigError{Field: "OrderedKeys", Err: fmt.Errorf("has %d: use at least 1", keys)}
+	}
+	if wake == WakeLogical {
+		return Report{}, &ConfigError{Field: "Wakes", Err: errors.New("has logical with ordering: the capture relay has no ordered mode, use poll, listen or process")}
+	}
+	return r.latency(ctx, retention, wake, keys)
+}
+
+// latency is Latency; with keys > 0, OrderedLatency.
+func (r *Runner) latency(ctx context.Context, retention outbox.Retention, wake Wake, keys int) (Report, error) {
 	rep := Report{Scenario: ScenarioLatency, Retention: string(retention), Wake: wake}
+	ordering := outbox.OrderingNone
+	if keys > 0 {
+		rep.Ordering, rep.Keys, ordering = string(outbox.OrderingAggregate), keys, outbox.OrderingAggregate
+	}
 	err := r.withScratch(ctx, &rep, func(s scratch) error {
 		if err := s.createOrders(ctx); err != nil {
 			return err
@@ -40,18 +62,18 @@ func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake W
 			return err
 		}
 		rec := newRecorder(r.cfg.Sink, int(float64(r.cfg.Rate)*r.cfg.Duration.Seconds()))
-		relay, err := r.startRelay(ctx, p, s, retention, wake, rec)
+		relay, err := r.startRelay(ctx, p, s, retention, wake, ordering, rec)
 		if err != nil {
 			return err
 		}
 		tokens := make(chan struct{})
 		run := writerRun{pool: wpool, payload: r.payload, n: r.cfg.Writers,
-			writer: r.newWriter(s, wake), tokens: tokens}
+			writer: r.newWriter(s, wake), tokens: tokens, keys: keys}
 		if wake == WakeProcess {
 			run.afterCommit = relay.Wake
 		}
 
-		r.progress("latency (%s, wake %s): %d writers at %d events/s for %v", retention, wake, r.cfg.Writers, r.cfg.Rate, r.cfg.Duration)
+		r.progress("latency (%s, wake %s, ordering %s): %d writers at %d events/s for %v", retention, wake, ordering, r.cfg.Writers, r.cfg.Rate, r.cfg.Duration)
 		rss := startRSS()
 		paceCtx, stopPacing := context.WithCancel(ctx)
 		defer stopPacing()

@@ -383,7 +383,7 @@ type pgWriterConn struct {
 
 func (c pgWriterConn) release() { c.conn.Release() }
 
-func (c pgWriterConn) checkout(ctx context.Context, w *outbox.Writer, customer string, cents int, payload json.RawMessage) (int64, error) {
+func (c pgWriterConn) checkout(ctx context.Context, w *outbox.Writer, customer string, cents int, payload json.RawMessage, keys int) (int64, error) {
 	tx, err := c.conn.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
@@ -395,7 +395,7 @@ func (c pgWriterConn) checkout(ctx context.Context, w *outbox.Writer, customer s
 		_ = tx.Rollback(ctx)
 		return 0, fmt.Errorf("insert order: %w", err)
 	}
-	res, err := w.Write(ctx, tx, orderCreated(orderID, payload))
+	res, err := w.Write(ctx, tx, orderCreated(orderID, payload, keys))
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return 0, err

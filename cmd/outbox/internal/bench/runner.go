@@ -106,7 +106,8 @@ func (r *Runner) Config() Config { return r.cfg }
 // Run runs scenarios: reference-minimal and sink once, then reference and
 // drain once per retention mode (each drain report carries the reference
 // run just before it, in the same mode), then steady and latency once per
-// wake-up mode in the first retention mode. Drain always runs its
+// wake-up mode in the first retention mode (latency followed by an ordered
+// latency per Config.OrderedKeys entry). Drain always runs its
 // reference, also when the reference scenario itself is not asked for.
 // When drain and sink run together with a sink other than Discard, each
 // unordered drain also runs as a discard drain just before it (a report
@@ -230,6 +231,15 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 		for _, w := range wakes {
 			if err := add(r.Latency(ctx, mode, w)); err != nil {
 				return res, err
+			}
+			if w == WakeLogical && len(r.cfg.OrderedKeys) > 0 {
+				res.Notes = append(res.Notes, "ordered latency did not run with wake logical: the capture relay has no ordered mode.")
+				continue
+			}
+			for _, keys := range r.cfg.OrderedKeys {
+				if err := add(r.OrderedLatency(ctx, mode, w, keys)); err != nil {
+					return res, err
+				}
 			}
 		}
 	}

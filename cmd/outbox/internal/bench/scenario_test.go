@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -334,4 +335,88 @@ func TestTableSizeJSON(t *testing.T) {
 	b, err := json.Marshal(bench.Result{Database: "sqlite"})
 	require.NoError(t, err)
 	require.NotContains(t, string(b), "autovacuum", "PostgreSQL only")
+}
+
+// keySink records, per publish, whether the relay asked for key order and
+// the events' aggregate IDs.
+type keySink struct {
+	mu        sync.Mutex
+	ordered   []string // aggregate IDs published with outbox.KeyOrdered
+	unordered []string // aggregate IDs published without
+}
+
+func (s *keySink) Publish(ctx context.Context, events []outbox.Event) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		if outbox.KeyOrdered(ctx) {
+			s.ordered = append(s.ordered, e.AggregateID)
+		} else {
+			s.unordered = append(s.unordered, e.AggregateID)
+		}
+	}
+	return nil
+}
+
+// With OrderedKeys, latency runs again after the unordered run with an
+// ordered relay, the writers' events spread over that many aggregates,
+// and reports the same statistics beside it.
+func TestOrderedLatency(t *testing.T) {
+	t.Parallel()
+	for _, kind := range databases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sink := &keySink{}
+			b := setup(t, kind, bench.Config{Rate: 200, OrderedKeys: []int{7}, Sink: sink, SinkName: "keys"})
+			res, err := b.runner.Run(b.ctx, []bench.Scenario{bench.ScenarioLatency})
+			require.NoError(t, err)
+			require.Len(t, res.Scenarios, 2)
+			plain, ordered := res.Scenarios[0], res.Scenarios[1]
+			require.Empty(t, plain.Ordering)
+			require.Zero(t, plain.Keys)
+			require.Equal(t, "aggregate", ordered.Ordering)
+			require.Equal(t, 7, ordered.Keys)
+			for _, rep := range []bench.Report{plain, ordered} {
+				require.Equal(t, bench.ScenarioLatency, rep.Scenario)
+				require.Equal(t, bench.WakePoll, rep.Wake)
+				require.NotNil(t, rep.LatencyStats)
+				require.Positive(t, rep.Events)
+				require.Equal(t, rep.Events, rep.Count, "every committed event measured")
+				require.Zero(t, rep.Duplicates)
+				require.LessOrEqual(t, rep.P50MS, rep.P99MS)
+				require.Positive(t, rep.MaxMS)
+			}
+			require.NotEqual(t, plain.Schema, ordered.Schema)
+
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			require.Len(t, sink.unordered, int(plain.Events), "the unordered run's events, published without key order")
+			require.Len(t, sink.ordered, int(ordered.Events), "the ordered run's events, published in key order")
+			keys := map[string]bool{}
+			for _, a := range sink.ordered {
+				keys[a] = true
+			}
+			require.Len(t, keys, 7, "the writers spread the events over 7 aggregates: %v", keys)
+			for k := range 7 {
+				require.True(t, keys[strconv.Itoa(k)], "aggregate %d", k)
+			}
+			require.Empty(t, b.scratches(t))
+		})
+	}
+}
+
+// An ordered latency run needs a positive key count and a relay with an
+// ordered mode.
+func TestOrderedLatencyRefuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sqlite, bench.Config{Rate: 50})
+	var ce *bench.ConfigError
+	_, err := b.runner.OrderedLatency(b.ctx, outbox.RetainProcessed, bench.WakePoll, 0)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "OrderedKeys", ce.Field)
+	_, err = b.runner.OrderedLatency(b.ctx, outbox.RetainProcessed, bench.WakeLogical, 10)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Wakes", ce.Field)
+	require.ErrorContains(t, err, "no ordered mode")
+	require.Empty(t, b.scratches(t))
 }

@@ -319,7 +319,7 @@ func (c sqlWriterConn) release() { _ = c.conn.Close() }
 
 // checkout inserts the order and reads its ID with LastInsertId, which
 // SQLite, MySQL and MariaDB all have (MySQL has no INSERT … RETURNING).
-func (c sqlWriterConn) checkout(ctx context.Context, w *outbox.Writer, customer string, cents int, payload json.RawMessage) (int64, error) {
+func (c sqlWriterConn) checkout(ctx context.Context, w *outbox.Writer, customer string, cents int, payload json.RawMessage, keys int) (int64, error) {
 	tx, err := c.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
@@ -333,7 +333,7 @@ func (c sqlWriterConn) checkout(ctx context.Context, w *outbox.Writer, customer 
 		_ = tx.Rollback()
 		return 0, fmt.Errorf("insert order: %w", err)
 	}
-	wr, err := w.WriteSQL(ctx, tx, orderCreated(orderID, payload))
+	wr, err := w.WriteSQL(ctx, tx, orderCreated(orderID, payload, keys))
 	if err != nil {
 		_ = tx.Rollback()
 		return 0, err

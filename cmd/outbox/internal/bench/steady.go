@@ -48,7 +48,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 			return err
 		}
 		rec := newRecorder(r.cfg.Sink, 0)
-		relay, err := r.startRelay(ctx, p, s, retention, wake, rec)
+		relay, err := r.startRelay(ctx, p, s, retention, wake, outbox.OrderingNone, rec)
 		if err != nil {
 			return err
 		}
@@ -128,8 +128,8 @@ func (r *Runner) writeAlone(ctx context.Context, s scratch, d time.Duration) ([]
 }
 
 // startRelay starts an outbox.Relay on a relay pool of its own, woken as
-// wake says.
-func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention outbox.Retention, wake Wake, sink outbox.Sink) (*benchRelay, error) {
+// wake says, delivering in the given ordering.
+func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention outbox.Retention, wake Wake, ordering outbox.Ordering, sink outbox.Sink) (*benchRelay, error) {
 	if wake == WakeLogical {
 		return r.startCapture(ctx, p, s, retention, sink)
 	}
@@ -143,6 +143,7 @@ func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention o
 	relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 		Sink: sink, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
 		MaxInFlight: r.cfg.MaxInFlight, PollInterval: r.cfg.PollInterval, Retention: retention, Listen: wake == WakeListen, Logger: r.cfg.Logger,
+		Ordering: ordering,
 	})
 	if err != nil {
 		return nil, err

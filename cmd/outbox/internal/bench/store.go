@@ -117,15 +117,21 @@ type writerPool interface {
 // writerConn is one writer's connection.
 type writerConn interface {
 	// checkout commits one business transaction: an order row and its
-	// event, written with w. It returns the event's ID.
-	checkout(ctx context.Context, w *outbox.Writer, customer string, cents int, payload json.RawMessage) (int64, error)
+	// event, written with w; with keys > 0 the event's aggregate is the
+	// order's ID modulo keys. It returns the event's ID.
+	checkout(ctx context.Context, w *outbox.Writer, customer string, cents int, payload json.RawMessage, keys int) (int64, error)
 	release()
 }
 
-// orderCreated is the event each checkout writes.
-func orderCreated(orderID int64, payload json.RawMessage) outbox.Message {
+// orderCreated is the event each checkout writes: its aggregate is the
+// order, or with keys > 0 one of keys aggregates (an ordered run's).
+func orderCreated(orderID int64, payload json.RawMessage, keys int) outbox.Message {
+	aggregate := orderID
+	if keys > 0 {
+		aggregate = orderID % int64(keys)
+	}
 	return outbox.Message{EventType: "order.created", AggregateType: "order",
-		AggregateID: strconv.FormatInt(orderID, 10), Payload: payload}
+		AggregateID: strconv.FormatInt(aggregate, 10), Payload: payload}
 }
 
 // decodeHeaders decodes a stored headers object into e.Headers.

@@ -32,6 +32,9 @@ type writerRun struct {
 	deadline time.Time
 	// afterCommit, when set, runs after each commit (Relay.Wake).
 	afterCommit func()
+	// keys, when above 0, spreads the events over that many aggregates
+	// (an ordered run's).
+	keys int
 }
 
 // run runs the writers and returns every commit and the time from the start
@@ -84,7 +87,7 @@ func (w writerRun) one(ctx context.Context, i int) ([]commit, error) {
 		} else if !time.Now().Before(w.deadline) {
 			return commits, nil
 		}
-		id, err := conn.checkout(ctx, w.writer, customer, 1000+n%9000, w.payload)
+		id, err := conn.checkout(ctx, w.writer, customer, 1000+n%9000, w.payload, w.keys)
 		if err != nil {
 			return commits, fmt.Errorf("writer: %w", err)
 		}
