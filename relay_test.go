@@ -286,6 +286,17 @@ func (d *deadLetters) snapshot() ([]outbox.Event, []error) {
 	return append([]outbox.Event(nil), d.events...), append([]error(nil), d.errs...)
 }
 
+// waitFor waits until the hook has seen n events, and returns what it saw:
+// the hook runs after the move committed, so a moment after stats show it.
+func (d *deadLetters) waitFor(t *testing.T, n int) ([]outbox.Event, []error) {
+	t.Helper()
+	testutil.WaitFor(t, 5*time.Second, "the dead-letter hook", func() bool {
+		events, _ := d.snapshot()
+		return len(events) >= n
+	})
+	return d.snapshot()
+}
+
 // delayHook reads each failed event's delay (available_at - updated_at, both
 // from the mark's now()) right after the batch settled.
 type delayHook struct {
@@ -339,7 +350,7 @@ func TestRelayBackoffDeadLetterAndRetry(t *testing.T) {
 		require.GreaterOrEqual(t, d, want*3/4-time.Millisecond, "delay after failure %d", i+1)
 	}
 
-	deadEvents, deadErrs := dead.snapshot()
+	deadEvents, deadErrs := dead.waitFor(t, 1)
 	require.Len(t, deadEvents, 1)
 	require.Equal(t, ids[0], deadEvents[0].ID)
 	require.Equal(t, 4, deadEvents[0].Attempts)
@@ -427,7 +438,7 @@ func TestRelayPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, e.Attempts)
 	require.Equal(t, "HTTP 400: bad payload", e.LastError)
-	deadEvents, deadErrs := dead.snapshot()
+	deadEvents, deadErrs := dead.waitFor(t, 1)
 	require.Len(t, deadEvents, 1)
 	require.True(t, outbox.IsPermanent(deadErrs[0]))
 }
