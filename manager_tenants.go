@@ -18,7 +18,7 @@ type TenantStats struct {
 // TenantStats counts the outboxes of schemas, tenant schemas of the
 // Manager's database (docs/tenants.md), as Stats counts one schema; the
 // Manager's own schema plays no part. The result is in the order of
-// schemas. On PostgreSQL it costs one statement per few hundred tenants,
+// schemas. On PostgreSQL, MySQL and MariaDB it costs one statement per 50 tenants,
 // not one per tenant; elsewhere, and where the shared statement fails (a
 // tenant migrated before the slow retry existed, a tenant whose table is
 // gone), it counts one tenant at a time, and an error names the tenant.

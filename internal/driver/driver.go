@@ -408,7 +408,7 @@ type SchemaStats struct {
 
 // TenantCounter is implemented by drivers that count many schemas' outboxes
 // at once, so that per-tenant stats cost a statement per few dozen
-// tenants instead of one per tenant: PostgreSQL.
+// tenants instead of one per tenant: PostgreSQL, MySQL and MariaDB.
 type TenantCounter interface {
 	// CountSchemas returns the counts of each schema, in the order of
 	// schemas, counted as Stats and DeadLetterRetryStats count one schema.

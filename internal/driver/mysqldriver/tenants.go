@@ -6,11 +6,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
+	"github.com/outboxkit/outbox/internal/driver/sqldriver"
 )
 
-var _ driver.TenantDiscoverer = (*Driver)(nil)
+var (
+	_ driver.TenantDiscoverer = (*Driver)(nil)
+	_ driver.TenantCounter    = (*Driver)(nil)
+)
+
+// StatsChunk is how many tenant databases one statement of CountSchemas
+// counts, as on PostgreSQL.
+const StatsChunk = 50
 
 // DueChunk is how many tenant databases one statement of DueSchemas
 // checks.
@@ -161,4 +170,65 @@ func (d *Driver) CloseScan() {}
 // scan wakes the tenants.
 func (d *Driver) ListenSchemas(ctx context.Context, _ func(schema string), _ func(), _ func(error)) {
 	<-ctx.Done()
+}
+
+// CountSchemas counts the outboxes of tenant databases in one statement
+// per StatsChunk databases: a UNION ALL of one branch per database, each
+// one aggregate over the database's table with the definitions of Stats
+// and DeadLetterRetryStats (the status values; due means available_at <=
+// UTC_TIMESTAMP(6); the oldest due pending event's age, the earliest
+// scheduled slow retry). One scan of each table, which Stats already makes
+// to count processed rows. Database names are quoted identifiers.
+func (d *Driver) CountSchemas(ctx context.Context, schemas []string) ([]driver.SchemaStats, error) {
+	return d.CountSchemasChunked(ctx, schemas, StatsChunk)
+}
+
+// CountSchemasChunked is CountSchemas with chunk databases per statement,
+// for tests of the chunking.
+func (d *Driver) CountSchemasChunked(ctx context.Context, schemas []string, chunk int) ([]driver.SchemaStats, error) {
+	out := make([]driver.SchemaStats, len(schemas))
+	for start := 0; start < len(schemas); start += chunk {
+		part := schemas[start:min(start+chunk, len(schemas))]
+		var b strings.Builder
+		for i, s := range part {
+			if i > 0 {
+				b.WriteString("\nUNION ALL ")
+			}
+			b.WriteString("SELECT " + strconv.Itoa(start+i) + `,
+    COUNT(CASE WHEN status = 'pending' THEN 1 END), COUNT(CASE WHEN status = 'processing' THEN 1 END),
+    COUNT(CASE WHEN status = 'processed' THEN 1 END), COUNT(CASE WHEN status = 'failed' THEN 1 END),
+    COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN status = 'pending' AND available_at <= ` + now + ` THEN available_at END), ` + now + `), 0),
+    COUNT(CASE WHEN status = 'failed' AND dead_letter_retry_at IS NOT NULL THEN 1 END),
+    MIN(CASE WHEN status = 'failed' AND dead_letter_retry_at IS NOT NULL THEN dead_letter_retry_at END)
+FROM ` + Dialect{}.Table(s, "outbox_events"))
+		}
+		if err := d.count(ctx, b.String(), schemas, out); err != nil {
+			return nil, sqldriver.WrapError(Dialect{}, err)
+		}
+	}
+	return out, nil
+}
+
+func (d *Driver) count(ctx context.Context, query string, schemas []string, out []driver.SchemaStats) error {
+	rows, err := d.db.QueryContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			i   int
+			s   driver.SchemaStats
+			age int64
+			due sqldriver.Time
+		)
+		if err := rows.Scan(&i, &s.Pending, &s.Processing, &s.Processed, &s.Failed, &age, &s.DeadLetterRetry.Waiting, &due); err != nil {
+			return err
+		}
+		s.Schema = schemas[i]
+		s.OldestPendingAge = max(time.Duration(age)*time.Microsecond, 0)
+		s.DeadLetterRetry.NextDue = due.Time
+		out[i] = s
+	}
+	return rows.Err()
 }

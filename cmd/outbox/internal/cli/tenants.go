@@ -145,8 +145,8 @@ func (a *app) tenantDatabaseURLs(t *tenantFlags) []string {
 	return nil
 }
 
-// tenantDatabases parses the URLs of several databases: PostgreSQL only,
-// each named once.
+// tenantDatabases parses the URLs of several databases: PostgreSQL,
+// MySQL/MariaDB or both, each named once.
 func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error) {
 	name := "--database-url"
 	if len(a.databaseURLFlags) == 0 {
@@ -156,8 +156,25 @@ func (a *app) tenantDatabases(urls []string, m *merger) ([]tenantDatabase, error
 	seen := map[string]bool{}
 	for _, raw := range urls {
 		a.redact.addDatabaseURL(raw)
-		if raw == "" || isSQLURL(raw) {
-			return nil, usagef("invalid %s `%s`: several databases need PostgreSQL URLs; on MySQL or MariaDB give one URL: the tenant databases of its server are discovered", name, redactDatabaseURL(raw))
+		if raw == "" {
+			return nil, usagef("invalid %s: an empty URL; give each database's postgres:// or mysql:// URL", name)
+		}
+		if isSQLURL(raw) {
+			c, err := dburl.Parse(raw)
+			if err != nil {
+				return nil, usagef("invalid %s: %w", name, err)
+			}
+			if c.Kind == dburl.KindSQLite {
+				return nil, usagef("invalid %s `%s`: several databases need PostgreSQL or MySQL/MariaDB URLs; a SQLite file holds one outbox, run one relay per file", name, c.Redacted)
+			}
+			a.redact.add(c.MySQL.Passwd)
+			label := describeSQLDatabase(raw)
+			if seen[label] {
+				return nil, usagef("invalid %s: %s is named twice: give each database once", name, label)
+			}
+			seen[label] = true
+			out = append(out, tenantDatabase{raw: raw, label: label})
+			continue
 		}
 		pc, err := pgxpool.ParseConfig(raw)
 		if err != nil {
@@ -278,14 +295,16 @@ func (a *app) newTenants(ctx context.Context, d tenantDatabase, cfg outbox.Relay
 // newSQLTenants is newTenants for MySQL/MariaDB, where each tenant is a
 // database of the server the URL names.
 func (a *app) newSQLTenants(ctx context.Context, d tenantDatabase, cfg outbox.RelayConfig, t *tenantFlags, obs *tenantObservers) (*outbox.Tenants, func(), error) {
-	db, closer, kind, err := dburl.Open(ctx, d.raw, dburl.Options{RelayID: cfg.RelayID, MaxConns: 2*cfg.Workers + 4, ConnectTimeout: connectTimeout})
+	// With several databases (a label) the pool is lazy: a server that is
+	// down must not keep the others from starting.
+	db, closer, kind, err := dburl.Open(ctx, d.raw, dburl.Options{RelayID: cfg.RelayID, MaxConns: 2*cfg.Workers + 4, ConnectTimeout: connectTimeout, Lazy: d.label != ""})
 	if err != nil {
 		return nil, nil, err
 	}
 	closeDB := func() { _ = closer.Close() }
 	d.ready.set(db)
 	if cfg.Listen {
-		a.logger.Warn("--listen has no effect on " + string(kind) + ": only PostgreSQL has LISTEN/NOTIFY; the due scan wakes the tenants")
+		a.logger.Warn("--listen has no effect on "+string(kind)+": only PostgreSQL has LISTEN/NOTIFY; the due scan wakes the tenants", "database", d.displayLabel())
 		cfg.Listen = false
 	}
 	observers, err := obs.tenantMetrics(db, cmp.Or(d.label, describeSQLDatabase(d.raw)))
@@ -503,7 +522,7 @@ type tenantStatsWatchJSON struct {
 }
 
 // tenantStats counts every tenant's events (Manager.TenantStats: what
-// Manager.Stats reads of each schema, in one statement per few hundred
+// Manager.Stats reads of each schema, in one statement per 50
 // tenants), and writes them;
 // with watch, again every interval (discovering tenants each time) until
 // ctx ends: redrawn in place on a terminal, a block or a JSON line per
@@ -591,7 +610,7 @@ func countTenants(ctx context.Context, db outbox.Database, t *tenantFlags) (tena
 		return tenantsStatsJSON{}, err
 	}
 	doc := tenantsStatsJSON{Tenants: make([]tenantStatsJSON, 0, len(schemas))}
-	// One statement per few hundred tenants on PostgreSQL.
+	// One statement per 50 tenants on PostgreSQL, MySQL and MariaDB.
 	counts, err := outbox.NewManager(db, outbox.ManagerConfig{}).TenantStats(ctx, schemas)
 	if err != nil {
 		return doc, err

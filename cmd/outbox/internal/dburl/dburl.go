@@ -71,6 +71,10 @@ type Options struct {
 	// ConnectTimeout bounds the first connection and its check. Defaults to
 	// ConnectTimeoutDefault.
 	ConnectTimeout time.Duration
+	// Lazy, for MySQL/MariaDB, skips the check that the server answers:
+	// the pool connects on first use, so a server that is down fails its
+	// statements instead of Open, and the Kind is KindMySQL for both.
+	Lazy bool
 }
 
 // Config is a parsed database URL.
@@ -293,6 +297,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (outbox.Database, io
 		db := sql.OpenDB(conn)
 		setPoolSize(db, opts.MaxConns)
 		db.SetConnMaxLifetime(MySQLConnMaxLifetime)
+		if opts.Lazy {
+			return outbox.MySQL(db), db, KindMySQL, nil
+		}
 		var version string
 		if err := db.QueryRowContext(pingCtx, `SELECT VERSION()`).Scan(&version); err != nil {
 			_ = db.Close()
