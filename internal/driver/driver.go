@@ -329,7 +329,8 @@ type Listener interface {
 }
 
 // TenantDiscoverer is implemented by drivers whose database can hold one
-// outbox per schema (tenant), served by one relay process: PostgreSQL.
+// outbox per schema (tenant), served by one relay process: PostgreSQL, and
+// MySQL/MariaDB, where a tenant is a database on the server.
 type TenantDiscoverer interface {
 	// UserSchemas returns, sorted, every schema but the database's own
 	// catalogs (pg_*, information_schema): the candidates to migrate.
