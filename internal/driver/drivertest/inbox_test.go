@@ -37,7 +37,7 @@ func inboxDatabases() map[string]func(t *testing.T) inboxDB {
 			path := filepath.Join(t.TempDir(), "consumer.db")
 			db := drivertest.OpenSQLiteFile(t, path)
 			return inboxDB{db: db, other: drivertest.OpenSQLiteFile(t, path), dialect: outbox.DialectSQLite, database: outbox.SQLite(db),
-				backdate: `UPDATE inbox_messages SET processed_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days') WHERE message_id = ?`,
+				backdate:       `UPDATE inbox_messages SET processed_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days') WHERE message_id = ?`,
 				backdateReport: `UPDATE inbox_consumers SET reported_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-16 seconds') WHERE consumer = ?`}
 		},
 		"mariadb": func(t *testing.T) inboxDB {
@@ -52,7 +52,7 @@ func inboxDatabases() map[string]func(t *testing.T) inboxDB {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = other.Close() })
 			return inboxDB{db: db, other: other, dialect: outbox.DialectMariaDB, database: outbox.MySQL(db),
-				backdate: "UPDATE `inbox_messages` SET `processed_at` = UTC_TIMESTAMP(6) - INTERVAL 8 DAY WHERE `message_id` = ?",
+				backdate:       "UPDATE `inbox_messages` SET `processed_at` = UTC_TIMESTAMP(6) - INTERVAL 8 DAY WHERE `message_id` = ?",
 				backdateReport: "UPDATE `inbox_consumers` SET `reported_at` = UTC_TIMESTAMP(6) - INTERVAL 16 SECOND WHERE `consumer` = ?"}
 		},
 	}
