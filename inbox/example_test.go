@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -192,4 +193,30 @@ func ExampleLedger() {
 	// first delivery: [handlersink: handler "notify" for "order.paid" failed on event 7: mail server down]
 	// notify 7 mail up: true
 	// retry: []
+}
+
+// A receiver records the broker's pending count each time it reads it;
+// a dashboard reads the reports back with their age, and treats a stale
+// one as the last known count, not the current one.
+func ExampleBrokerReports() {
+	ctx := context.Background()
+	pool, schema, done := exampleDB(ctx, "broker_reports")
+	defer done()
+	db := outbox.Postgres(pool)
+
+	// In the receiver, after each read of the broker (natsinbox.Pending).
+	if err := inbox.ReportBroker(ctx, db, schema, inbox.BrokerReport{
+		Consumer: "billing", Broker: "nats", Pending: 42, Interval: 5 * time.Second}); err != nil {
+		panic(err)
+	}
+
+	reports, err := inbox.BrokerReports(ctx, db, schema)
+	if err != nil {
+		panic(err)
+	}
+	for _, r := range reports {
+		fmt.Printf("%s: %d pending on %s, stale: %v\n", r.Consumer, r.Pending, r.Broker, r.Stale())
+	}
+	// Output:
+	// billing: 42 pending on nats, stale: false
 }

@@ -40,7 +40,7 @@ func setupB(t testing.TB, cfg inbox.Config) *bundle {
 	schema := testutil.EmptySchemaName(t)
 	res, err := outboxmigrate.MigrateInbox(ctx, outbox.Postgres(pool), outboxmigrate.Config{Schema: schema})
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Version)
+	require.Equal(t, 2, res.Version)
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
 	_, err = pool.Exec(ctx, `CREATE TABLE `+effects+` (message_id text NOT NULL, consumer text NOT NULL)`)
 	require.NoError(t, err)
@@ -315,7 +315,7 @@ func TestMigrateInboxTrack(t *testing.T) {
 	pool := testutil.Pool(t)
 	db := outbox.Postgres(pool)
 	cfg := outboxmigrate.Config{Schema: testutil.EmptySchemaName(t)}
-	require.Equal(t, outboxmigrate.Migration{Version: 1, Name: "create_inbox_messages"}, outboxmigrate.LatestInbox(db))
+	require.Equal(t, outboxmigrate.Migration{Version: 2, Name: "create_inbox_consumers"}, outboxmigrate.LatestInbox(db))
 	v, err := outboxmigrate.InboxVersion(ctx, db, cfg)
 	require.NoError(t, err)
 	require.Zero(t, v)
@@ -335,12 +335,13 @@ func TestMigrateInboxTrack(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Equal(t, int64(1), applied.Load())
+	require.Equal(t, int64(2), applied.Load(), "each of the two migrations once")
 	// The outbox's own track is untouched: an inbox-only database.
 	ov, err := outboxmigrate.Version(ctx, db, cfg)
 	require.NoError(t, err)
 	require.Zero(t, ov)
 	require.Contains(t, outboxmigrate.InboxSQL(db, cfg), "inbox_messages")
+	require.Contains(t, outboxmigrate.InboxSQL(db, cfg), "inbox_consumers")
 }
 
 func TestStoreBatchAllOrNone(t *testing.T) {

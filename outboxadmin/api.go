@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/internal/errtext"
 )
 
@@ -310,8 +311,8 @@ func (h *Handler) relays(w http.ResponseWriter, r *http.Request) {
 }
 
 // ConsumersJSON is GET /api/consumers: the consumer side's backlog, each
-// consumer with unprocessed messages in its inbox (inbox_messages), the
-// most lagging first. Available is false when the handler has no inbox to
+// consumer with unprocessed messages in its inbox (inbox_messages) or a
+// broker report (inbox_consumers), the most lagging first. Available is false when the handler has no inbox to
 // read (Config.Consumers is nil), with nothing listed.
 type ConsumersJSON struct {
 	Available bool              `json:"available"`
@@ -320,10 +321,46 @@ type ConsumersJSON struct {
 
 // ConsumerLagJSON is one consumer's backlog: outbox stats --json's
 // consumers entries.
+//
+// The broker_ fields are present when the consumer's receiver (outbox
+// receive --from nats|kafka) reported the broker's own pending count in
+// inbox_consumers: BrokerPending is the count it last read,
+// BrokerReportedAgeSeconds how long ago by the database clock, and
+// BrokerPendingStale is true when that is more than
+// inbox.BrokerReportStaleIntervals of the receiver's poll intervals ago,
+// so the count is no longer current. A consumer with such a report is
+// listed even when it has no unprocessed messages.
 type ConsumerLagJSON struct {
-	Consumer                    string  `json:"consumer"`
-	Unprocessed                 int64   `json:"unprocessed"`
-	OldestUnprocessedAgeSeconds float64 `json:"oldest_unprocessed_age_seconds"`
+	Consumer                    string   `json:"consumer"`
+	Unprocessed                 int64    `json:"unprocessed"`
+	OldestUnprocessedAgeSeconds float64  `json:"oldest_unprocessed_age_seconds"`
+	Broker                      string   `json:"broker,omitempty"`
+	BrokerPending               *int64   `json:"broker_pending,omitempty"`
+	BrokerReportedAgeSeconds    *float64 `json:"broker_reported_age_seconds,omitempty"`
+	BrokerPendingStale          *bool    `json:"broker_pending_stale,omitempty"`
+}
+
+// NewConsumerLagsJSON returns lags (inbox.Lag) and reports
+// (inbox.BrokerReports) as one entry per consumer, in lags' order: a
+// report is added to its consumer's backlog, or listed after them with no
+// unprocessed messages.
+func NewConsumerLagsJSON(lags []inbox.ConsumerLag, reports []inbox.BrokerReport) []ConsumerLagJSON {
+	out := make([]ConsumerLagJSON, len(lags), len(lags)+len(reports))
+	at := make(map[string]int, len(lags))
+	for i, l := range lags {
+		out[i] = ConsumerLagJSON{Consumer: l.Consumer, Unprocessed: l.Unprocessed, OldestUnprocessedAgeSeconds: l.OldestUnprocessedAge.Seconds()}
+		at[l.Consumer] = i
+	}
+	for _, r := range reports {
+		i, ok := at[r.Consumer]
+		if !ok {
+			i = len(out)
+			out = append(out, ConsumerLagJSON{Consumer: r.Consumer})
+		}
+		pending, age, stale := r.Pending, r.Age.Seconds(), r.Stale()
+		out[i].Broker, out[i].BrokerPending, out[i].BrokerReportedAgeSeconds, out[i].BrokerPendingStale = r.Broker, &pending, &age, &stale
+	}
+	return out
 }
 
 func (h *Handler) consumers(w http.ResponseWriter, r *http.Request) {

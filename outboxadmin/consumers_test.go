@@ -3,6 +3,7 @@ package outboxadmin_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -25,11 +26,11 @@ func TestConsumers(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			out := make([]outboxadmin.ConsumerLagJSON, len(lags))
-			for i, l := range lags {
-				out[i] = outboxadmin.ConsumerLagJSON{Consumer: l.Consumer, Unprocessed: l.Unprocessed,
-					OldestUnprocessedAgeSeconds: l.OldestUnprocessedAge.Seconds()}
+			reports, err := inbox.BrokerReports(ctx, outbox.Postgres(b.pool), b.schema)
+			if err != nil {
+				return nil, err
 			}
+			out := outboxadmin.NewConsumerLagsJSON(lags, reports)
 			return out, nil
 		}
 	})
@@ -54,6 +55,32 @@ func TestConsumers(t *testing.T) {
 	require.Equal(t, "billing", res.Consumers[1].Consumer)
 	require.Equal(t, int64(2), res.Consumers[1].Unprocessed)
 	require.InDelta(t, 30, res.Consumers[1].OldestUnprocessedAgeSeconds, 20)
+	require.Nil(t, res.Consumers[0].BrokerPending, "no broker report")
+
+	// The receivers' broker reports: billing's is current and joins its
+	// backlog; mail has no backlog and is listed for its report, which
+	// is stale (older than three of its 5 s intervals).
+	db := outbox.Postgres(b.pool)
+	require.NoError(t, inbox.ReportBroker(b.ctx, db, b.schema, inbox.BrokerReport{Consumer: "billing", Broker: "nats", Pending: 12, Interval: 5 * time.Second}))
+	require.NoError(t, inbox.ReportBroker(b.ctx, db, b.schema, inbox.BrokerReport{Consumer: "mail", Broker: "kafka", Pending: 3, Interval: 5 * time.Second}))
+	b.exec(t, `UPDATE `+pgx.Identifier{b.schema, "inbox_consumers"}.Sanitize()+` SET reported_at = now() - interval '60 seconds' WHERE consumer = 'mail'`)
+	var raw struct{ Consumers []map[string]any }
+	b.getJSON(t, "/api/consumers", &raw)
+	require.Len(t, raw.Consumers, 3)
+	require.Equal(t, map[string]any{"consumer": "audit", "unprocessed": float64(1), "oldest_unprocessed_age_seconds": raw.Consumers[0]["oldest_unprocessed_age_seconds"]},
+		raw.Consumers[0], "no broker fields without a report")
+	billing, mail := raw.Consumers[1], raw.Consumers[2]
+	require.Equal(t, "billing", billing["consumer"])
+	require.Equal(t, "nats", billing["broker"])
+	require.Equal(t, float64(12), billing["broker_pending"])
+	require.Less(t, billing["broker_reported_age_seconds"], float64(5))
+	require.Equal(t, false, billing["broker_pending_stale"])
+	require.Equal(t, "mail", mail["consumer"])
+	require.Equal(t, float64(0), mail["unprocessed"])
+	require.Equal(t, "kafka", mail["broker"])
+	require.Equal(t, float64(3), mail["broker_pending"])
+	require.InDelta(t, 60, mail["broker_reported_age_seconds"], 10)
+	require.Equal(t, true, mail["broker_pending_stale"])
 
 	// No inbox configured.
 	var none outboxadmin.ConsumersJSON

@@ -448,5 +448,10 @@ func TestReceiveFromKafkaServesBrokerPending(t *testing.T) {
 			strings.Contains(m, `outbox_consumer_broker_pending{broker="kafka",consumer="billing"} 0`) &&
 			strings.Contains(m, `outbox_consumer_broker_pending_ok{broker="kafka",consumer="billing"} 1`)
 	})
+	// The same count recorded in the database, for outbox stats.
+	testutil.WaitFor(t, 30*time.Second, "the group's lag at 0 in outbox stats", func() bool {
+		c := brokerReport(t, inboxS, "billing")
+		return c != nil && c["broker"] == "kafka" && c["broker_pending"] == float64(0) && c["broker_pending_stale"] == false
+	})
 	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
 }

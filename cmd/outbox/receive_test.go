@@ -42,7 +42,8 @@ func inboxSchema(t *testing.T) string {
 	res := outboxCmd(t, schema, "migrate", "--inbox")
 	requireOK(t, res)
 	require.Contains(t, res.stdout, "applied inbox migration 001_create_inbox_messages")
-	require.Equal(t, "inbox is up to date at version 1\n", outboxCmd(t, schema, "migrate", "--inbox").stdout)
+	require.Contains(t, res.stdout, "applied inbox migration 002_create_inbox_consumers")
+	require.Equal(t, "inbox is up to date at version 2\n", outboxCmd(t, schema, "migrate", "--inbox").stdout)
 	return schema
 }
 
@@ -400,7 +401,7 @@ func TestStatsShowsConsumerLag(t *testing.T) {
 	require.InDelta(t, 90, got[0].Age, 20)
 	res := outboxCmd(t, b.schema, "stats")
 	requireOK(t, res)
-	require.Contains(t, res.stdout, "inbox consumers with unprocessed messages: 1")
+	require.Contains(t, res.stdout, "inbox consumers with unprocessed messages or a broker report: 1")
 	require.Regexp(t, `billing\s+2\s+1m3\d`, res.stdout)
 
 	// Without an inbox there is no consumers key.
@@ -433,7 +434,7 @@ func TestStatsInboxOnly(t *testing.T) {
 	res = outboxCmd(t, schema, "stats")
 	requireOK(t, res)
 	require.Contains(t, res.stdout, "outbox: absent")
-	require.Contains(t, res.stdout, "inbox consumers with unprocessed messages: 1")
+	require.Contains(t, res.stdout, "inbox consumers with unprocessed messages or a broker report: 1")
 	require.Regexp(t, `billing\s+1\s+1m3\d`, res.stdout)
 
 	// --watch needs the outbox table, and neither table is an error.
@@ -741,6 +742,101 @@ func TestReceiveFromMQTTWithKills(t *testing.T) {
 // outbox receive --from nats:// --metrics-addr serves the durable
 // consumer's pending count from JetStream: 0 with the ok gauge at 1 once
 // every published message is stored and acknowledged.
+// brokerReport is a consumer's entry of outbox stats --json on an
+// inbox-only schema, nil when the consumer is not listed.
+func brokerReport(t *testing.T, schema, consumer string) map[string]any {
+	t.Helper()
+	res := outboxCmd(t, schema, "stats", "--json")
+	requireOK(t, res)
+	var doc struct {
+		OutboxAbsent bool             `json:"outbox_absent"`
+		Consumers    []map[string]any `json:"consumers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+	require.True(t, doc.OutboxAbsent)
+	for _, c := range doc.Consumers {
+		if c["consumer"] == consumer {
+			return c
+		}
+	}
+	return nil
+}
+
+// outbox receive --from nats:// records the broker's pending count in
+// inbox_consumers, and outbox stats shows it with its age: 5 while the
+// inbox table is locked against the receiver's inserts, then 0 once the
+// receiver drained the stream.
+func TestReceiveFromNATSStatsShowBrokerPending(t *testing.T) {
+	t.Parallel()
+	inboxS := inboxSchema(t)
+	js := natsStream(t)
+	ctx := context.Background()
+	for i := range 5 {
+		_, err := js.js.Publish(ctx, js.prefix+".created", []byte(fmt.Sprintf(`{"n":%d}`, i)), jetstream.WithMsgID(fmt.Sprint("m-", i)))
+		require.NoError(t, err)
+	}
+	// EXCLUSIVE blocks the receiver's INSERTs and lets stats read.
+	lock, err := testutil.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `LOCK TABLE `+pgx.Identifier{inboxS, "inbox_messages"}.Sanitize()+` IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	receiver := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", "nats://"+natsAddr()+"?stream="+js.stream, "--consumer", "billing")
+	var c map[string]any
+	testutil.WaitFor(t, 30*time.Second, "the broker's pending count 5 in outbox stats", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		c = brokerReport(t, inboxS, "billing")
+		return c != nil && c["broker_pending"] == float64(5)
+	})
+	require.Equal(t, "nats", c["broker"])
+	require.Equal(t, false, c["broker_pending_stale"])
+	require.Less(t, c["broker_reported_age_seconds"], float64(15))
+	require.Equal(t, float64(0), c["unprocessed"], "nothing stored yet")
+	text := outboxCmd(t, inboxS, "stats")
+	requireOK(t, text)
+	require.Regexp(t, `billing +0 +0s +5 \(nats, reported \d+s ago\)\n`, text.stdout)
+	require.NotContains(t, text.stdout, "STALE")
+
+	require.NoError(t, lock.Rollback(ctx))
+	testutil.WaitFor(t, 60*time.Second, "every message stored and the broker's pending at 0 in outbox stats", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		c = brokerReport(t, inboxS, "billing")
+		return inboxCount(t, inboxS, "") == 5 && c != nil && c["broker_pending"] == float64(0)
+	})
+	require.Equal(t, float64(5), c["unprocessed"])
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+}
+
+// A receiver on an inbox migrated before inbox_consumers keeps receiving:
+// it warns once that outbox stats cannot show the broker's pending count.
+func TestReceiveFromNATSWithoutInboxConsumers(t *testing.T) {
+	t.Parallel()
+	inboxS := inboxSchema(t)
+	_, err := testutil.Pool(t).Exec(context.Background(), `DROP TABLE `+pgx.Identifier{inboxS, "inbox_consumers"}.Sanitize())
+	require.NoError(t, err)
+	js := natsStream(t)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := js.js.Publish(ctx, js.prefix+".created", []byte(fmt.Sprintf(`{"n":%d}`, i)), jetstream.WithMsgID(fmt.Sprint("m-", i)))
+		require.NoError(t, err)
+	}
+	receiver := start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", inboxS, "--log-format", "json",
+		"receive", "--from", "nats://"+natsAddr()+"?stream="+js.stream, "--consumer", "billing")
+	testutil.WaitFor(t, 30*time.Second, "every message stored", func() bool {
+		require.False(t, receiver.exited(), "receiver exited; stderr:\n%s", receiver.stderr.String())
+		return inboxCount(t, inboxS, "") == 3
+	})
+	// Past a second read of the broker.
+	time.Sleep(6 * time.Second)
+	require.Equal(t, 0, receiver.stop(t, syscall.SIGTERM))
+	require.Equal(t, 1, strings.Count(receiver.stderr.String(), "run outbox migrate --inbox"), receiver.stderr.String())
+	c := brokerReport(t, inboxS, "billing")
+	require.NotNil(t, c)
+	require.NotContains(t, c, "broker_pending")
+}
+
 func TestReceiveFromNATSServesBrokerPending(t *testing.T) {
 	t.Parallel()
 	inboxS := inboxSchema(t)

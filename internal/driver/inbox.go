@@ -36,6 +36,21 @@ type ConsumerLag struct {
 	OldestUnprocessedAge time.Duration
 }
 
+// BrokerReport is what a consumer's receiver last read from its broker, as
+// inbox_consumers keeps it (inbox migration 002).
+type BrokerReport struct {
+	Consumer string
+	Broker   string // the broker's kind: nats, kafka
+	// Pending is the broker's own count of the consumer's messages not
+	// yet acknowledged.
+	Pending int64
+	// Interval is the receiver's time between reads.
+	Interval time.Duration
+	// Age is how long ago it was reported, by the database clock; zero
+	// when writing a report.
+	Age time.Duration
+}
+
 // Inbox is implemented by drivers that hold the consumer-side
 // inbox_messages table, which has a migration track of its own
 // (inbox_migrations).
@@ -56,4 +71,10 @@ type Inbox interface {
 	// InboxLag returns the backlog of every consumer with unprocessed rows,
 	// by consumer name; a consumer without any is left out.
 	InboxLag(ctx context.Context) ([]ConsumerLag, error)
+	// ReportBroker upserts r's row of inbox_consumers in one statement,
+	// reported_at set from the database clock.
+	ReportBroker(ctx context.Context, r BrokerReport) error
+	// InboxBrokerReports returns every row of inbox_consumers by consumer
+	// name, each with its age by the database clock.
+	InboxBrokerReports(ctx context.Context) ([]BrokerReport, error)
 }

@@ -469,13 +469,22 @@
 
   // consumersTable lists the consumer side's backlog (GET /api/consumers):
   // each consumer with unprocessed messages in its inbox, and the oldest
-  // one's age, the consumer lag.
+  // one's age, the consumer lag; and the broker's own pending count its
+  // receiver last recorded, marked stale when the receiver stopped
+  // reporting (older than three of its poll intervals).
   function consumersTable(consumers) {
-    return table(['Consumer', 'Unprocessed', 'Oldest unprocessed'], consumers, (c) => [
+    const broker = (c) => {
+      if (c.broker_pending === undefined || c.broker_pending === null) return h('span', { class: 'muted', title: 'No broker report: a webhook, Redis, RabbitMQ or MQTT receiver, or an inbox before migration 002' }, '–');
+      const when = 'reported ' + fmtDuration(c.broker_reported_age_seconds) + ' ago';
+      if (c.broker_pending_stale) return h('span', { class: 'error', title: `${c.broker}: ${when}; the receiver stopped reporting, so this is not the broker's current count` }, fmtInt(c.broker_pending) + ' (stale)');
+      return h('span', { title: `${c.broker}: ${when}` }, fmtInt(c.broker_pending));
+    };
+    return table(['Consumer', 'Unprocessed', 'Oldest unprocessed', 'Broker pending'], consumers, (c) => [
       td('Consumer', c.consumer, 'mono'),
       td('Unprocessed', fmtInt(c.unprocessed), 'num'),
       td('Oldest unprocessed', fmtDuration(c.oldest_unprocessed_age_seconds), 'num'),
-    ], 'Every consumer has processed every message it received.', (c) => ({ consumer: c.consumer }));
+      td('Broker pending', broker(c), 'num'),
+    ], 'Every consumer has processed every message it received.', (c) => ({ consumer: c.consumer, state: c.broker_pending_stale ? 'stale' : '' }));
   }
 
   // captureView lists the logical replication slots of relay --capture

@@ -27,6 +27,8 @@ type inboxDB struct {
 	dialect   outbox.Dialect
 	database  outbox.Database
 	backdate  string // sets processed_at 8 days back for message_id ?
+	// backdateReport sets reported_at 16 s back for consumer ?.
+	backdateReport string
 }
 
 func inboxDatabases() map[string]func(t *testing.T) inboxDB {
@@ -35,7 +37,8 @@ func inboxDatabases() map[string]func(t *testing.T) inboxDB {
 			path := filepath.Join(t.TempDir(), "consumer.db")
 			db := drivertest.OpenSQLiteFile(t, path)
 			return inboxDB{db: db, other: drivertest.OpenSQLiteFile(t, path), dialect: outbox.DialectSQLite, database: outbox.SQLite(db),
-				backdate: `UPDATE inbox_messages SET processed_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days') WHERE message_id = ?`}
+				backdate:       `UPDATE inbox_messages SET processed_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-8 days') WHERE message_id = ?`,
+				backdateReport: `UPDATE inbox_consumers SET reported_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-16 seconds') WHERE consumer = ?`}
 		},
 		"mariadb": func(t *testing.T) inboxDB {
 			name, db := drivertest.MySQLDatabase(t)
@@ -49,7 +52,8 @@ func inboxDatabases() map[string]func(t *testing.T) inboxDB {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = other.Close() })
 			return inboxDB{db: db, other: other, dialect: outbox.DialectMariaDB, database: outbox.MySQL(db),
-				backdate: "UPDATE `inbox_messages` SET `processed_at` = UTC_TIMESTAMP(6) - INTERVAL 8 DAY WHERE `message_id` = ?"}
+				backdate:       "UPDATE `inbox_messages` SET `processed_at` = UTC_TIMESTAMP(6) - INTERVAL 8 DAY WHERE `message_id` = ?",
+				backdateReport: "UPDATE `inbox_consumers` SET `reported_at` = UTC_TIMESTAMP(6) - INTERVAL 16 SECOND WHERE `consumer` = ?"}
 		},
 	}
 }
@@ -60,7 +64,7 @@ func setupInbox(t *testing.T, open func(t *testing.T) inboxDB) (inboxDB, *inbox.
 	d := open(t)
 	res, err := outboxmigrate.MigrateInbox(ctx, d.database, outboxmigrate.Config{})
 	require.NoError(t, err)
-	require.Equal(t, []outboxmigrate.Migration{{Version: 1, Name: "create_inbox_messages"}}, res.Applied)
+	require.Equal(t, []outboxmigrate.Migration{{Version: 1, Name: "create_inbox_messages"}, {Version: 2, Name: "create_inbox_consumers"}}, res.Applied)
 	again, err := outboxmigrate.MigrateInbox(ctx, d.database, outboxmigrate.Config{})
 	require.NoError(t, err)
 	require.Empty(t, again.Applied)
@@ -200,6 +204,54 @@ func TestInboxSQLDatabases(t *testing.T) {
 				var left int
 				require.NoError(t, d.db.QueryRowContext(ctx, `SELECT count(*) FROM inbox_messages`).Scan(&left))
 				require.Equal(t, 2, left)
+			})
+			// The receiver's broker reports (inbox migration 002): one
+			// row per consumer, replaced on each report, aged by the
+			// database clock and stale past three poll intervals; an inbox
+			// without the table has none, and reporting names the fix.
+			t.Run("broker reports", func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				d, _ := setupInbox(t, open)
+				reports, err := inbox.BrokerReports(ctx, d.database, "")
+				require.NoError(t, err)
+				require.Empty(t, reports)
+				for _, r := range []inbox.BrokerReport{
+					{Consumer: "billing", Broker: "nats", Pending: 7, Interval: 5 * time.Second},
+					{Consumer: "audit", Broker: "kafka", Pending: 3, Interval: 5 * time.Second},
+					{Consumer: "billing", Broker: "nats", Pending: 2, Interval: 5 * time.Second},
+				} {
+					require.NoError(t, inbox.ReportBroker(ctx, d.database, "", r))
+				}
+				reports, err = inbox.BrokerReports(ctx, d.database, "")
+				require.NoError(t, err)
+				require.Len(t, reports, 2)
+				require.Equal(t, "audit", reports[0].Consumer)
+				require.Equal(t, "kafka", reports[0].Broker)
+				require.Equal(t, int64(3), reports[0].Pending)
+				billing := reports[1]
+				require.Equal(t, "billing", billing.Consumer)
+				require.Equal(t, int64(2), billing.Pending, "the latest report replaced the first")
+				require.Equal(t, 5*time.Second, billing.Interval)
+				require.Less(t, billing.Age, 5*time.Second)
+				require.False(t, billing.Stale())
+
+				_, err = d.db.ExecContext(ctx, d.backdateReport, "billing")
+				require.NoError(t, err)
+				reports, err = inbox.BrokerReports(ctx, d.database, "")
+				require.NoError(t, err)
+				require.InDelta(t, 16, reports[1].Age.Seconds(), 5)
+				require.True(t, reports[1].Stale(), "16 s is more than three 5 s intervals")
+				require.False(t, reports[0].Stale())
+
+				_, err = d.db.ExecContext(ctx, `DROP TABLE inbox_consumers`)
+				require.NoError(t, err)
+				reports, err = inbox.BrokerReports(ctx, d.database, "")
+				require.NoError(t, err)
+				require.Nil(t, reports, "an inbox before migration 002 has no reports")
+				err = inbox.ReportBroker(ctx, d.database, "", inbox.BrokerReport{Consumer: "billing", Broker: "nats", Pending: 1, Interval: time.Second})
+				require.ErrorIs(t, err, inbox.ErrNoTable)
+				require.ErrorContains(t, err, "run outbox migrate --inbox")
 			})
 		})
 	}

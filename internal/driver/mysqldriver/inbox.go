@@ -66,6 +66,15 @@ ORDER BY ` + "`processed_at`" + `
 LIMIT ?`
 }
 
+// InboxConsumerUpsert replaces a consumer's broker report. VALUES() rather
+// than a row alias: MariaDB has no alias.
+func (Dialect) InboxConsumerUpsert(table string) string {
+	return `INSERT INTO ` + table + " (`consumer`, `broker`, `broker_pending`, `poll_interval_ms`, `reported_at`)" + `
+VALUES (?, ?, ?, ?, ` + now + `)
+ON DUPLICATE KEY UPDATE ` + "`broker` = VALUES(`broker`), `broker_pending` = VALUES(`broker_pending`), " +
+		"`poll_interval_ms` = VALUES(`poll_interval_ms`), `reported_at` = VALUES(`reported_at`)"
+}
+
 // errDuplicateKey is ER_DUP_ENTRY.
 const errDuplicateKey = 1062
 

@@ -116,4 +116,37 @@ FROM `+t+` WHERE processed_at IS NULL GROUP BY consumer ORDER BY consumer`)
 	})
 }
 
+// ReportBroker upserts r's row of inbox_consumers, reported_at now().
+func (d *Driver) ReportBroker(ctx context.Context, r driver.BrokerReport) error {
+	t := pgx.Identifier{d.schema, "inbox_consumers"}.Sanitize()
+	_, err := d.pool.Exec(ctx, `INSERT INTO `+t+` (consumer, broker, broker_pending, poll_interval_ms, reported_at)
+VALUES ($1, $2, $3, $4, now())
+ON CONFLICT (consumer) DO UPDATE SET broker = EXCLUDED.broker, broker_pending = EXCLUDED.broker_pending,
+    poll_interval_ms = EXCLUDED.poll_interval_ms, reported_at = EXCLUDED.reported_at`,
+		r.Consumer, r.Broker, r.Pending, max(r.Interval.Milliseconds(), 1))
+	return wrap(err)
+}
+
+// InboxBrokerReports reads inbox_consumers, each row with its age.
+func (d *Driver) InboxBrokerReports(ctx context.Context) ([]driver.BrokerReport, error) {
+	t := pgx.Identifier{d.schema, "inbox_consumers"}.Sanitize()
+	rows, err := d.pool.Query(ctx, `SELECT consumer, broker, broker_pending, poll_interval_ms, extract(epoch FROM now() - reported_at)::float8
+FROM `+t+` ORDER BY consumer`)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.BrokerReport, error) {
+		var (
+			b   driver.BrokerReport
+			ms  int64
+			age float64
+		)
+		err := r.Scan(&b.Consumer, &b.Broker, &b.Pending, &ms, &age)
+		b.Interval = time.Duration(ms) * time.Millisecond
+		b.Age = time.Duration(max(age, 0) * float64(time.Second))
+		return b, err
+	})
+	return out, wrap(err)
+}
+
 var _ driver.Inbox = (*Driver)(nil)

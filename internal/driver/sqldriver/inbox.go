@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/outboxkit/outbox/internal/driver"
 )
@@ -43,6 +44,10 @@ type InboxDialect interface {
 	// bound consumer or of all when it is empty; the arguments are bound
 	// as (millis, consumer, consumer, limit).
 	InboxPurge(table string) string
+	// InboxConsumerUpsert inserts or replaces one row of inbox_consumers,
+	// reported_at the database's Now; the arguments are bound as
+	// (consumer, broker, broker_pending, poll_interval_ms).
+	InboxConsumerUpsert(table string) string
 }
 
 func (d *Driver) inboxDialect() (InboxDialect, error) {
@@ -126,6 +131,44 @@ FROM `+t+` WHERE processed_at IS NULL GROUP BY consumer ORDER BY consumer`)
 		}
 		l.OldestUnprocessedAge = max(now.Sub(oldest.Time), 0)
 		out = append(out, l)
+	}
+	return out, d.wrap(rows.Err())
+}
+
+// ReportBroker upserts r's row of inbox_consumers.
+func (d *Driver) ReportBroker(ctx context.Context, r driver.BrokerReport) error {
+	id, err := d.inboxDialect()
+	if err != nil {
+		return err
+	}
+	_, err = d.db.ExecContext(ctx, id.InboxConsumerUpsert(d.d.Table(d.schema, "inbox_consumers")),
+		r.Consumer, r.Broker, r.Pending, max(r.Interval.Milliseconds(), 1))
+	return d.wrap(err)
+}
+
+// InboxBrokerReports reads inbox_consumers with each row's age against the
+// database clock read in the same statement.
+func (d *Driver) InboxBrokerReports(ctx context.Context) ([]driver.BrokerReport, error) {
+	t := d.d.Table(d.schema, "inbox_consumers")
+	rows, err := d.db.QueryContext(ctx, `SELECT consumer, broker, broker_pending, poll_interval_ms, reported_at, `+d.d.Now()+`
+FROM `+t+` ORDER BY consumer`)
+	if err != nil {
+		return nil, d.wrap(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []driver.BrokerReport
+	for rows.Next() {
+		var (
+			r             driver.BrokerReport
+			ms            int64
+			reported, now Time
+		)
+		if err := rows.Scan(&r.Consumer, &r.Broker, &r.Pending, &ms, &reported, &now); err != nil {
+			return nil, err
+		}
+		r.Interval = time.Duration(ms) * time.Millisecond
+		r.Age = max(now.Sub(reported.Time), 0)
+		out = append(out, r)
 	}
 	return out, d.wrap(rows.Err())
 }

@@ -74,6 +74,15 @@ func (Dialect) InboxPurge(table string) string {
     LIMIT ?)`
 }
 
+// InboxConsumerUpsert replaces a consumer's broker report.
+func (Dialect) InboxConsumerUpsert(table string) string {
+	return `INSERT INTO ` + table + ` ("consumer", "broker", "broker_pending", "poll_interval_ms", "reported_at")
+VALUES (?, ?, ?, ?, ` + now + `)
+ON CONFLICT ("consumer") DO UPDATE
+SET "broker" = excluded."broker", "broker_pending" = excluded."broker_pending",
+    "poll_interval_ms" = excluded."poll_interval_ms", "reported_at" = excluded."reported_at"`
+}
+
 // InboxInsert records one message in the caller's transaction.
 type InboxInsert struct{ sql string }
 

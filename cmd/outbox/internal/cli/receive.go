@@ -99,7 +99,10 @@ for a minute. With --from amqp://host:5672/?queue=NAME it consumes that
 RabbitMQ queue with manual acks, with --from kafka://host:9092?topic=NAME it
 joins the consumer group --consumer and commits offsets after the commit, and
 with --from mqtt://host:1883?topic=FILTER it subscribes at QoS 1 and sends
-each PUBACK after the commit.
+each PUBACK after the commit. From NATS and Kafka it reads the broker's own
+pending count for the consumer every 5s and records it in inbox_consumers
+(inbox migration 002), where outbox stats and the dashboard show it; on an
+inbox migrated before that it warns once and keeps receiving.
 
 It serves TLS with --tls-cert and --tls-key, and Prometheus metrics with
 --metrics-addr. It stops gracefully on SIGINT or SIGTERM: it stops accepting,
@@ -320,6 +323,8 @@ func dialectOf(kind dburl.Kind) outbox.Dialect {
 type receiveStores struct {
 	one   func(context.Context, inbox.Message) (inbox.Result, error)
 	batch func(context.Context, []inbox.Message) ([]inbox.Result, error)
+	// report records the broker's pending count for outbox stats.
+	report func(ctx context.Context, broker string, pending int64, interval time.Duration)
 }
 
 // receiveStore opens the database, checks it has the inbox, starts the
@@ -385,6 +390,7 @@ func (a *app) receiveStore(ctx context.Context, rf receiveFlags) (st receiveStor
 		}
 		return results, err
 	}
+	st.report = a.brokerReporter(db, rf.consumer)
 	return st, metrics, closeAll, nil
 }
 
@@ -454,15 +460,25 @@ func (a *app) serveReceiveMetrics(ctx context.Context, rf receiveFlags, db outbo
 	return rm, nil
 }
 
-// brokerPending serves outbox_consumer_broker_pending from read, polled
-// every 5 s, until the returned stop is called (before the broker's client
-// closes). Without a metrics server it does nothing.
-func (rm *receiveMetrics) brokerPending(ctx context.Context, logger *slog.Logger, consumer, broker string, read func(context.Context) (int64, error)) (func(), error) {
-	if rm == nil {
-		return func() {}, nil
+// brokerPending reads the broker's pending count with read at once and
+// then every outboxprom.BrokerPendingIntervalDefault, until the returned
+// stop is called (before the broker's client closes). Each count read is
+// recorded in the database (st.report, for outbox stats and the dashboard)
+// and, with a metrics server, served as outbox_consumer_broker_pending.
+func (a *app) brokerPending(ctx context.Context, metrics *receiveMetrics, st receiveStores, consumer, broker string, read func(context.Context) (int64, error)) (func(), error) {
+	cfg := outboxprom.BrokerPendingConfig{Consumer: consumer, Broker: broker, Logger: a.logger,
+		Interval: outboxprom.BrokerPendingIntervalDefault,
+		Read: func(ctx context.Context) (int64, error) {
+			n, err := read(ctx)
+			if err == nil {
+				st.report(ctx, broker, n, outboxprom.BrokerPendingIntervalDefault)
+			}
+			return n, err
+		}}
+	if metrics != nil {
+		cfg.Registerer = metrics.reg
 	}
-	p, err := outboxprom.NewBrokerPending(outboxprom.BrokerPendingConfig{Registerer: rm.reg, Consumer: consumer, Broker: broker,
-		Read: read, Logger: logger})
+	p, err := outboxprom.NewBrokerPending(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -470,6 +486,30 @@ func (rm *receiveMetrics) brokerPending(ctx context.Context, logger *slog.Logger
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
 	return func() { cancel(); <-done }, nil
+}
+
+// brokerReporter returns the receiver's st.report: it records the broker's
+// pending count in inbox_consumers in one statement. Without the table (an
+// inbox migrated before it) it warns once and records nothing more; a
+// failed write is logged when writes start failing, not on every read.
+func (a *app) brokerReporter(db outbox.Database, consumer string) func(ctx context.Context, broker string, pending int64, interval time.Duration) {
+	var off, failing bool // only Run's goroutine calls it
+	return func(ctx context.Context, broker string, pending int64, interval time.Duration) {
+		if off {
+			return
+		}
+		err := inbox.ReportBroker(ctx, db, a.schema, inbox.BrokerReport{Consumer: consumer, Broker: broker, Pending: pending, Interval: interval})
+		switch {
+		case err == nil:
+			failing = false
+		case errors.Is(err, inbox.ErrNoTable):
+			off = true
+			a.logger.Warn("the inbox has no inbox_consumers table: outbox stats and the dashboard will not show the broker's pending count; run outbox migrate --inbox", "consumer", consumer)
+		case ctx.Err() == nil && !failing:
+			failing = true
+			a.logger.Warn("could not record the broker's pending count", "consumer", consumer, "error", a.redact.String(err.Error()))
+		}
+	}
 }
 
 // stop shuts the metrics server down; on a nil server it does nothing.
@@ -525,7 +565,7 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		defer func() { _ = src.Close() }()
 		info := src.Consumer.CachedInfo()
 		a.logger.Info("receiving from NATS JetStream", "stream", info.Stream, "durable", info.Name, "consumer", rf.consumer, "schema", a.schema)
-		stopPending, err := metrics.brokerPending(ctx, a.logger, rf.consumer, "nats", func(ctx context.Context) (int64, error) {
+		stopPending, err := a.brokerPending(ctx, metrics, st, rf.consumer, "nats", func(ctx context.Context) (int64, error) {
 			return natsinbox.Pending(ctx, src.Consumer)
 		})
 		if err != nil {
@@ -556,7 +596,7 @@ func (a *app) receiveFrom(ctx context.Context, rf receiveFlags) error {
 		}
 		defer cl.Close()
 		a.logger.Info("receiving from Kafka", "topics", strings.Join(topics, ","), "group", rf.consumer, "consumer", rf.consumer, "schema", a.schema)
-		stopPending, err := metrics.brokerPending(ctx, a.logger, rf.consumer, "kafka", func(ctx context.Context) (int64, error) {
+		stopPending, err := a.brokerPending(ctx, metrics, st, rf.consumer, "kafka", func(ctx context.Context) (int64, error) {
 			return kafkainbox.Pending(ctx, cl, rf.consumer)
 		})
 		if err != nil {

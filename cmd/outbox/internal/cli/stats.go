@@ -52,12 +52,19 @@ func (a *app) consumerLags(ctx context.Context, db outbox.Database) (*[]consumer
 	if err != nil {
 		return nil, err
 	}
-	out := make([]consumerLagJSON, len(lags))
-	for i, l := range lags {
-		out[i] = consumerLagJSON{Consumer: l.Consumer, Unprocessed: l.Unprocessed, OldestUnprocessedAgeSeconds: l.OldestUnprocessedAge.Seconds()}
+	var reports []inbox.BrokerReport
+	if v >= inboxBrokerReportsVersion {
+		if reports, err = inbox.BrokerReports(ctx, db, a.schema); err != nil {
+			return nil, err
+		}
 	}
+	out := outboxadmin.NewConsumerLagsJSON(lags, reports)
 	return &out, nil
 }
+
+// inboxBrokerReportsVersion is the inbox migration that added
+// inbox_consumers: an older inbox has no broker reports to read.
+const inboxBrokerReportsVersion = 2
 
 // inboxOnlyStatsJSON is stats --json on a schema with the inbox and no
 // outbox table: a consumer's own database.
@@ -98,19 +105,34 @@ func writeConsumers(w io.Writer, c *[]consumerLagJSON) error {
 	if c == nil {
 		return nil
 	}
-	if _, err := fmt.Fprintf(w, "\ninbox consumers with unprocessed messages: %d\n", len(*c)); err != nil {
+	if _, err := fmt.Fprintf(w, "\ninbox consumers with unprocessed messages or a broker report: %d\n", len(*c)); err != nil {
 		return err
 	}
 	if len(*c) == 0 {
 		return nil
 	}
 	tw := newTable(w, 2)
-	tw.row("consumer\tunprocessed\toldest unprocessed\n")
+	tw.row("consumer\tunprocessed\toldest unprocessed\tbroker pending\n")
 	for _, l := range *c {
-		tw.row("%s\t%d\t%s\n", safeText(l.Consumer), l.Unprocessed, (time.Duration(l.OldestUnprocessedAgeSeconds * float64(time.Second))).Round(time.Millisecond))
+		tw.row("%s\t%d\t%s\t%s\n", safeText(l.Consumer), l.Unprocessed, seconds(l.OldestUnprocessedAgeSeconds).Round(time.Millisecond), brokerPendingText(l))
 	}
 	return tw.flush()
 }
+
+// brokerPendingText is a consumer's broker report in a stats row: "-"
+// without one, the count and its age, and STALE when it is not current.
+func brokerPendingText(l consumerLagJSON) string {
+	if l.BrokerPending == nil || l.BrokerReportedAgeSeconds == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("%d (%s, reported %s ago)", *l.BrokerPending, safeText(l.Broker), seconds(*l.BrokerReportedAgeSeconds).Round(time.Second))
+	if l.BrokerPendingStale != nil && *l.BrokerPendingStale {
+		s += " STALE: the receiver stopped reporting"
+	}
+	return s
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // blockedListLimit is how many blocked aggregates stats lists.
 const blockedListLimit = 20
@@ -152,8 +174,12 @@ head_status, waiting). Failed
 events waiting for a slow retry (relay --dead-letter-retry) show as
 "dead-letter retry" with the time the next one is due. When the schema also
 holds the consumer side's inbox_messages (outbox migrate --inbox), it lists
-each consumer with unprocessed messages and the oldest one's age (with
---json, consumers: consumer, unprocessed, oldest_unprocessed_age_seconds).
+each consumer with unprocessed messages and the oldest one's age, and the
+broker's pending count its receiver (receive --from nats|kafka) last
+recorded, with how long ago, marked STALE when older than three of the
+receiver's 5s reads (with --json, consumers: consumer, unprocessed,
+oldest_unprocessed_age_seconds, and with a broker report broker,
+broker_pending, broker_reported_age_seconds, broker_pending_stale).
 On a consumer's database, with the inbox and no outbox table, it says the
 outbox is absent and lists the consumers (with --json, outbox_absent: true
 and consumers only).
