@@ -47,11 +47,12 @@ type captureServer struct {
 	arrived int
 	fail    func(id int64, attempt int) int
 	tries   map[int64]int
+	waiting map[int]bool // arrival numbers of the requests held now
 }
 
 func newCaptureServer(t *testing.T) *captureServer {
 	t.Helper()
-	s := &captureServer{acked: map[int64]int{}, tries: map[int64]int{}, release: make(chan struct{})}
+	s := &captureServer{acked: map[int64]int{}, tries: map[int64]int{}, waiting: map[int]bool{}, release: make(chan struct{})}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		id, err := strconv.ParseInt(r.Header.Get("ce-id"), 10, 64)
@@ -62,13 +63,21 @@ func newCaptureServer(t *testing.T) *captureServer {
 		s.mu.Lock()
 		s.arrived++
 		s.tries[id]++
-		held, release, fail, try := s.held, s.release, s.fail, s.tries[id]
+		held, release, fail, try, seq := s.held, s.release, s.fail, s.tries[id], s.arrived
+		if held {
+			s.waiting[seq] = true
+		}
 		s.mu.Unlock()
 		if held {
 			select {
 			case <-release:
 			case <-r.Context().Done():
-				return
+			}
+			s.mu.Lock()
+			delete(s.waiting, seq)
+			s.mu.Unlock()
+			if r.Context().Err() != nil {
+				return // the sender is gone: nothing was acknowledged
 			}
 		}
 		if fail != nil {
@@ -101,6 +110,19 @@ func (s *captureServer) letThrough() {
 		s.held = false
 		close(s.release)
 	}
+}
+
+// heldUpTo is how many requests among the first n arrivals are still held.
+func (s *captureServer) heldUpTo(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := 0
+	for seq := range s.waiting {
+		if seq <= n {
+			c++
+		}
+	}
+	return c
 }
 
 func (s *captureServer) arrivals() int {
@@ -251,6 +273,10 @@ func testCaptureSIGKILL(t *testing.T, c *pgcluster.Cluster) {
 	testutil.WaitFor(t, 20*time.Second, "a publish in flight", func() bool { return srv.arrivals() > before })
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
 	<-a.done
+	// The requests a left held end when the server sees their connection
+	// closed; released before that, they would count as acknowledged.
+	killed := srv.arrivals()
+	testutil.WaitFor(t, 10*time.Second, "the dead relay's requests ended", func() bool { return srv.heldUpTo(killed) == 0 })
 	srv.letThrough()
 	testutil.WaitFor(t, 30*time.Second, "the standby takes over and delivers the rest", func() bool {
 		require.False(t, b.exited(), "relay b exited; stderr:\n%s", b.stderr.String())
