@@ -133,7 +133,15 @@ func TestTenantsMySQLServeEachDatabaseWithItsTenant(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{a, b, c}, ts.Schemas())
 
-	// Per-tenant stats are the SQL counts.
+	// Per-tenant stats are the SQL counts, once every delivered event is
+	// marked (the sink sees an event before its mark commits).
+	for _, s := range []string{a, b, c} {
+		require.Eventually(t, func() bool {
+			var left int
+			require.NoError(t, m.db.QueryRowContext(m.ctx, "SELECT COUNT(*) FROM `"+strings.ReplaceAll(s, "`", "``")+"`.`outbox_events` WHERE status <> 'processed'").Scan(&left))
+			return left == 0
+		}, 20*time.Second, 20*time.Millisecond, "%s: every event marked processed", s)
+	}
 	_, err = m.db.ExecContext(m.ctx, "UPDATE `"+m.prefix+"a`.`outbox_events` SET status = 'failed' WHERE id <= 2")
 	require.NoError(t, err)
 	counts, err := outbox.NewManager(db, outbox.ManagerConfig{}).TenantStats(m.ctx, []string{a, b, c})
