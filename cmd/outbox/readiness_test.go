@@ -36,19 +36,20 @@ func TestRelayReadiness(t *testing.T) {
 	readyz, healthz := "http://"+addr+"/readyz", "http://"+addr+"/healthz"
 	waitReady := func(what string, wantCode int, want ...string) string {
 		t.Helper()
-		var body string
+		var body, logged string
 		testutil.WaitFor(t, 20*time.Second, what, func() bool {
 			code, text := obsGet(t, readyz)
 			body = text
-			if code != wantCode {
-				return false
-			}
+			ok := code == wantCode
 			for _, w := range want {
-				if !strings.Contains(text, w) {
-					return false
-				}
+				ok = ok && strings.Contains(text, w)
 			}
-			return true
+			if !ok && text != logged {
+				// Shown when the wait fails: what /readyz said instead.
+				t.Logf("waiting for %s: /readyz answered %d:\n%s", what, code, text)
+				logged = text
+			}
+			return ok
 		})
 		require.NotContains(t, body, password)
 		return body
