@@ -202,7 +202,7 @@ func (in *Inbox) HandleSQL(ctx context.Context, db *sql.DB, msg Message, fn func
 	}
 	for attempt := 1; ; attempt++ {
 		res, err := in.handleSQL(ctx, db, msg, rec, fn)
-		if err != nil && attempt < 3 && in.sqlDial != nil && in.sqlDial.Transient(err) && ctx.Err() == nil {
+		if in.runAgain(ctx, err, attempt) {
 			continue
 		}
 		if err == nil || res.Duplicate {
@@ -210,6 +210,13 @@ func (in *Inbox) HandleSQL(ctx context.Context, db *sql.DB, msg Message, fn func
 		}
 		return res, err
 	}
+}
+
+// runAgain reports whether a database/sql transaction that failed with err
+// on its attempt-th run is run again: a MySQL/MariaDB deadlock victim, up
+// to three runs in all.
+func (in *Inbox) runAgain(ctx context.Context, err error, attempt int) bool {
+	return err != nil && attempt < 3 && in.sqlDial != nil && in.sqlDial.Transient(err) && ctx.Err() == nil
 }
 
 func (in *Inbox) handleSQL(ctx context.Context, db *sql.DB, msg Message, rec *driver.InboxRecord, fn func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
@@ -316,7 +323,7 @@ func (in *Inbox) StoreBatchSQL(ctx context.Context, db SQLBeginner, msgs []Messa
 	}
 	for attempt := 1; ; attempt++ {
 		results, err := in.storeBatchSQL(ctx, db, recs)
-		if err != nil && attempt < 3 && in.sqlDial != nil && in.sqlDial.Transient(err) && ctx.Err() == nil {
+		if in.runAgain(ctx, err, attempt) {
 			continue
 		}
 		if err != nil {

@@ -1,15 +1,14 @@
 package pgdriver
 
 import (
+	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox/internal/driver"
 )
@@ -230,36 +229,19 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		ev   driver.Event
 	}
 	var (
-		out      []keyed
-		mem      arena
-		e        driver.Event
-		txid     int64
-		part     int32
-		fence    int64
-		dbNow    time.Time
-		claim    driver.Claim
-		fenceOf  = map[int32]int64{}
-		eventTyp pgtype.DriverBytes
-		aggType  pgtype.DriverBytes
-		aggID    pgtype.DriverBytes
-		idemKey  pgtype.DriverBytes
-		payload  pgtype.DriverBytes
-		headers  pgtype.DriverBytes
+		out     []keyed
+		txid    int64
+		part    int32
+		fence   int64
+		dbNow   time.Time
+		claim   driver.Claim
+		fenceOf = map[int32]int64{}
 	)
-	dest := []any{&e.ID, &eventTyp, &aggType, &aggID, &payload, &headers,
-		&idemKey, &e.Attempts, &e.MaxAttempts, &e.AvailableAt, &e.LockedUntil, &e.CreatedAt,
-		&txid, &part, &fence, &dbNow}
+	sc := newClaimScanner(&txid, &part, &fence, &dbNow)
 	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
+		ev, err := sc.scan(rows, p.RelayID)
+		if err != nil {
 			return driver.Claim{}, wrap(err)
-		}
-		ev := driver.Event{ID: e.ID, Status: driver.StatusProcessing, LockedBy: p.RelayID,
-			EventType: mem.string(eventTyp), AggregateType: mem.string(aggType), AggregateID: mem.string(aggID),
-			Payload: mem.bytes(payload), IdempotencyKey: mem.string(idemKey),
-			Attempts: e.Attempts, MaxAttempts: e.MaxAttempts,
-			AvailableAt: e.AvailableAt, LockedUntil: e.LockedUntil, CreatedAt: e.CreatedAt}
-		if ev.Headers, err = driver.DecodeHeaders(headers); err != nil {
-			return driver.Claim{}, fmt.Errorf("event %d: %w", ev.ID, err)
 		}
 		out = append(out, keyed{txid: txid, ev: ev})
 		if _, ok := fenceOf[part]; !ok {
@@ -267,8 +249,8 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 			claim.Parts = append(claim.Parts, part)
 			claim.Fences = append(claim.Fences, fence)
 		}
-		if claim.LockedUntil.IsZero() || e.LockedUntil.Before(claim.LockedUntil) {
-			claim.LockedUntil = e.LockedUntil
+		if claim.LockedUntil.IsZero() || ev.LockedUntil.Before(claim.LockedUntil) {
+			claim.LockedUntil = ev.LockedUntil
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -280,16 +262,7 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	// Key order is (txid, id): sorting the whole batch by it keeps every
 	// key's events in order.
 	slices.SortFunc(out, func(a, b keyed) int {
-		if a.txid != b.txid {
-			if a.txid < b.txid {
-				return -1
-			}
-			return 1
-		}
-		if a.ev.ID < b.ev.ID {
-			return -1
-		}
-		return 1
+		return cmp.Or(cmp.Compare(a.txid, b.txid), cmp.Compare(a.ev.ID, b.ev.ID))
 	})
 	claim.Events = make([]driver.Event, len(out))
 	for i := range out {

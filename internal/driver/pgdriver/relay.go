@@ -168,38 +168,58 @@ func (d *Driver) RescueExpired(ctx context.Context, p driver.RescueParams) (driv
 	return res, nil
 }
 
-// collectClaimed scans a claim's rows in claimColumns order. The
-// variable-length columns are read in place (valid until the next row) and
-// copied into one arena for the batch, so a claim makes no allocation per
-// event unless the event has headers.
+// collectClaimed scans a claim's rows in claimColumns order.
 func collectClaimed(rows pgx.Rows, p driver.ClaimParams) ([]driver.Event, error) {
 	defer rows.Close()
 	// Light traffic claims a few events at a time: start small.
 	events := make([]driver.Event, 0, min(p.BatchSize, 64))
-	var (
-		mem                                arena
-		e                                  driver.Event
-		eventType, aggType, aggID, idemKey pgtype.DriverBytes
-		payload, headers                   pgtype.DriverBytes
-	)
-	dest := []any{&e.ID, &eventType, &aggType, &aggID, &payload, &headers,
-		&idemKey, &e.Attempts, &e.MaxAttempts, &e.AvailableAt, &e.LockedUntil, &e.CreatedAt}
+	sc := newClaimScanner()
 	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
+		ev, err := sc.scan(rows, p.RelayID)
+		if err != nil {
 			return nil, err
-		}
-		ev := driver.Event{ID: e.ID, Status: driver.StatusProcessing, LockedBy: p.RelayID,
-			EventType: mem.string(eventType), AggregateType: mem.string(aggType), AggregateID: mem.string(aggID),
-			Payload: mem.bytes(payload), IdempotencyKey: mem.string(idemKey),
-			Attempts: e.Attempts, MaxAttempts: e.MaxAttempts,
-			AvailableAt: e.AvailableAt, LockedUntil: e.LockedUntil, CreatedAt: e.CreatedAt}
-		var err error
-		if ev.Headers, err = driver.DecodeHeaders(headers); err != nil {
-			return nil, fmt.Errorf("event %d: %w", ev.ID, err)
 		}
 		events = append(events, ev)
 	}
 	return events, rows.Err()
+}
+
+// claimScanner scans claimed rows in claimColumns order, then the extra
+// destinations it was made with. The variable-length columns are read in
+// place (valid until the next row) and copied into one arena for the
+// batch, so a claim makes no allocation per event unless the event has
+// headers.
+type claimScanner struct {
+	mem                                arena
+	e                                  driver.Event
+	eventType, aggType, aggID, idemKey pgtype.DriverBytes
+	payload, headers                   pgtype.DriverBytes
+	dest                               []any
+}
+
+func newClaimScanner(extra ...any) *claimScanner {
+	s := &claimScanner{}
+	s.dest = append([]any{&s.e.ID, &s.eventType, &s.aggType, &s.aggID, &s.payload, &s.headers,
+		&s.idemKey, &s.e.Attempts, &s.e.MaxAttempts, &s.e.AvailableAt, &s.e.LockedUntil, &s.e.CreatedAt}, extra...)
+	return s
+}
+
+// scan reads the current row as an event claimed by relayID.
+func (s *claimScanner) scan(rows pgx.Rows, relayID string) (driver.Event, error) {
+	if err := rows.Scan(s.dest...); err != nil {
+		return driver.Event{}, err
+	}
+	e := &s.e
+	ev := driver.Event{ID: e.ID, Status: driver.StatusProcessing, LockedBy: relayID,
+		EventType: s.mem.string(s.eventType), AggregateType: s.mem.string(s.aggType), AggregateID: s.mem.string(s.aggID),
+		Payload: s.mem.bytes(s.payload), IdempotencyKey: s.mem.string(s.idemKey),
+		Attempts: e.Attempts, MaxAttempts: e.MaxAttempts,
+		AvailableAt: e.AvailableAt, LockedUntil: e.LockedUntil, CreatedAt: e.CreatedAt}
+	var err error
+	if ev.Headers, err = driver.DecodeHeaders(s.headers); err != nil {
+		return driver.Event{}, fmt.Errorf("event %d: %w", ev.ID, err)
+	}
+	return ev, nil
 }
 
 // collectEvents scans rows in eventColumns order.

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/cmd/outbox/internal/dburl"
 	"github.com/outboxkit/outbox/outboxadmin"
 	"github.com/outboxkit/outbox/sink/webhooksink"
 )
@@ -120,15 +119,12 @@ dashboard refreshes.`,
 					return err
 				}
 			}
-			db, closer, kind, err := a.openDatabase(cmd.Context())
+			db, closer, _, err := a.openDatabase(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer func() { _ = closer.Close() }()
 			if tenants.on() {
-				if kind == dburl.KindSQLite {
-					return tenantKindError(tenants.flagName())
-				}
 				cfg.Tenants = func(ctx context.Context) ([]string, error) {
 					return outbox.DiscoverTenants(ctx, db, tenants.schemas, tenants.query)
 				}

@@ -371,13 +371,7 @@ func (a *app) serveTenantDatabase(ctx context.Context, d tenantDatabase, cfg out
 // and reports per schema. It goes on after a schema fails and returns an
 // error naming how many failed.
 func (a *app) migrateTenants(ctx context.Context, t *tenantFlags, migrate func(db outbox.Database, schema string) (applied []string, version int, err error)) error {
-	if t.schemas != "" && t.query != "" {
-		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
-	}
-	if a.schema != outbox.SchemaDefault {
-		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
-	}
-	if err := a.checkTenantKind(t); err != nil {
+	if err := a.checkTenantCommand(t); err != nil {
 		return err
 	}
 	db, closer, kind, err := a.openDatabase(ctx)
@@ -466,8 +460,9 @@ type tenantsStatsJSON struct {
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
 }
 
-// checkTenantCommand refuses tenant flags that a command other than the
-// relay cannot use: both discoveries at once, or with --schema.
+// checkTenantCommand refuses, before connecting, tenant flags that a
+// command other than the relay cannot use: both discoveries at once, with
+// --schema, or on SQLite.
 func (a *app) checkTenantCommand(t *tenantFlags) error {
 	if t.schemas != "" && t.query != "" {
 		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
@@ -475,20 +470,14 @@ func (a *app) checkTenantCommand(t *tenantFlags) error {
 	if a.schema != outbox.SchemaDefault {
 		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
 	}
-	return nil
+	return a.checkTenantKind(t)
 }
 
 // eachTenant runs fn with a Manager for every tenant schema holding an
 // outbox, in name order, printing a line for each tenant fn fails on and
 // going on; it returns how many tenants there were and how many failed.
 func (a *app) eachTenant(ctx context.Context, t *tenantFlags, fn func(schema string, m *outbox.Manager) error) (n, failed int, err error) {
-	if t.schemas != "" && t.query != "" {
-		return 0, 0, usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
-	}
-	if a.schema != outbox.SchemaDefault {
-		return 0, 0, usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
-	}
-	if err := a.checkTenantKind(t); err != nil {
+	if err := a.checkTenantCommand(t); err != nil {
 		return 0, 0, err
 	}
 	db, closer, _, err := a.openDatabase(ctx)
@@ -528,13 +517,7 @@ type tenantStatsWatchJSON struct {
 // ctx ends: redrawn in place on a terminal, a block or a JSON line per
 // refresh elsewhere.
 func (a *app) tenantStats(ctx context.Context, t *tenantFlags, asJSON, watch bool, interval time.Duration) error {
-	if t.schemas != "" && t.query != "" {
-		return usagef("--tenant-schemas and --tenant-query are both set: discover tenants one way")
-	}
-	if a.schema != outbox.SchemaDefault {
-		return usagef("--tenant-schemas or --tenant-query is set with %s: each tenant's schema is its own; leave %s out", a.globalName("schema"), a.globalName("schema"))
-	}
-	if err := a.checkTenantKind(t); err != nil {
+	if err := a.checkTenantCommand(t); err != nil {
 		return err
 	}
 	db, closer, _, err := a.openDatabase(ctx)
