@@ -66,7 +66,8 @@ func (r *Relay) Prepare(ctx context.Context) (Slot, error) {
 		return Slot{}, err
 	}
 	if s.Created {
-		r.log.Info("created the replication slot and its publication", slog.String("slot", s.Name))
+		r.log.Info("created the replication slot and its publication", slog.String("slot", s.Name),
+			slog.Bool("failover_slot", s.Failover))
 	}
 	r.slot = s
 	return s, nil

@@ -300,6 +300,14 @@ func testReportsSlotLag(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A failover slot exactly when the server has them (PostgreSQL 17).
+	var version int
+	if err := b.pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if !slot.Created || slot.Failover != (version >= 170000) {
+		t.Fatalf("slot %+v on server_version_num %d", slot, version)
+	}
 	b.insert(t, "a", "b", "c")
 	lag, found, err := pgdriver.New(b.pool, b.schema).ReplicationSlotLag(context.Background(), slot.Name)
 	if err != nil || !found {

@@ -24,6 +24,11 @@ type Slot struct {
 	Snapshot string
 	// Created is true when Setup created the slot.
 	Created bool
+	// Failover is true when Setup created it as a failover slot
+	// (PostgreSQL 17 and later): standbys that synchronize slots keep it
+	// through a promotion. Older servers have no such slots; after a
+	// failover the relay creates a new one (docs/cdc.md#failover).
+	Failover bool
 }
 
 // ReplicationConfig returns a copy of cfg that opens a logical replication
@@ -104,8 +109,7 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, schema,
 			return Slot{}, fmt.Errorf("outboxcdc: drop the unrecorded slot %s: %w", name, err)
 		}
 	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, name, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	res, failover, err := createSlot(ctx, conn, name)
 	if err != nil {
 		if isDuplicateObject(err) {
 			// Another relay created it a moment ago; it records it too.
@@ -118,7 +122,7 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.Config, schema,
 	if err != nil {
 		return Slot{}, fmt.Errorf("outboxcdc: record slot %s: %w", name, err)
 	}
-	return Slot{Name: name, Snapshot: snap, Created: true}, nil
+	return Slot{Name: name, Snapshot: snap, Created: true, Failover: failover}, nil
 }
 
 // Drop removes the slot, the publication and the records of group's

@@ -157,6 +157,7 @@ func newCaptureDB(t *testing.T, c *pgcluster.Cluster) captureDB {
 	res := run(t, nil, "--database-url", db.url, "--schema", db.schema, "migrate", "--logical")
 	requireOK(t, res)
 	require.Contains(t, res.stdout, "created publication and logical replication slot")
+	require.Contains(t, res.stdout, "no failover slots", "PostgreSQL 15 here: migrate says what a failover does")
 	t.Cleanup(func() {
 		run(t, nil, "--database-url", db.url, "--schema", db.schema, "migrate", "--drop-logical")
 	})

@@ -307,11 +307,19 @@ func (a *app) setupLogical(ctx context.Context, group string) error {
 		return err
 	}
 	if slot.Created {
-		a.stdout.printf("created publication and logical replication slot %s\n", slot.Name)
+		a.stdout.printf("created publication and logical replication slot %s (%s)\n", slot.Name, failoverNote(slot.Failover))
 	} else {
 		a.stdout.printf("publication and logical replication slot %s exist\n", slot.Name)
 	}
 	return nil
+}
+
+// failoverNote says what becomes of a new slot when a standby is promoted.
+func failoverNote(failover bool) string {
+	if failover {
+		return "a failover slot: standbys with sync_replication_slots = on keep it through a promotion"
+	}
+	return "this server has no failover slots (PostgreSQL 17 and later): after a failover the relay creates a new slot on the new primary; see docs/cdc.md#failover"
 }
 
 // dropLogical drops the capture relay's slot and publication.
