@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -24,46 +25,85 @@ type failure struct {
 // statement.
 const settleMax = 10000
 
+// settleQueue passes the publisher's outcomes to the settler. The
+// publisher never waits for the settler: its outcomes merge into one
+// pending settlement (IDs only), so a slow mark delays the confirmed
+// position, not delivery. The settler takes the whole of it once per
+// SettleInterval, so a stream of small transactions costs one wake-up of
+// the settler per interval, not one per publish.
+type settleQueue struct {
+	mu      sync.Mutex
+	pending *settlement
+	closed  bool          // the publisher is done
+	dead    bool          // the settler is gone: outcomes are dropped (replayed)
+	ready   chan struct{} // a signal that pending or closed changed (capacity 1)
+	done    chan struct{} // closed with closed
+}
+
+func newSettleQueue() *settleQueue {
+	return &settleQueue{ready: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// add merges s, published after everything added before, into the
+// pending settlement.
+func (q *settleQueue) add(s settlement) {
+	q.mu.Lock()
+	switch {
+	case q.dead:
+	case q.pending == nil:
+		q.pending = &s
+	default:
+		q.pending.merge(s)
+	}
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// close tells the settler that nothing more comes.
+func (q *settleQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	close(q.done)
+}
+
+// take returns the pending settlement (nil when none) and whether the
+// publisher is done.
+func (q *settleQueue) take() (*settlement, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.pending
+	q.pending = nil
+	return s, q.closed
+}
+
+// abandon drops what is pending and what comes: the settler stops
+// without confirming it.
+func (q *settleQueue) abandon() {
+	q.mu.Lock()
+	q.dead, q.pending = true, nil
+	q.mu.Unlock()
+}
+
 // publishLoop publishes the chunks in order, a batch of up to BatchSize
 // events at a time (what queued while the last publish ran), and hands
-// the outcomes to the settler in the same order. It never waits for the
-// settler: while the settler is busy, the outcomes merge into one
-// settlement (IDs only), so a slow mark delays the confirmed position, not
-// delivery.
-func (r *Relay) publishLoop(ctx context.Context, chunks <-chan chunk, settles chan<- settlement) {
-	defer close(settles)
-	var (
-		held    *chunk      // a chunk taken that did not fit the last batch
-		pending *settlement // outcomes the settler has not taken yet
-	)
-	defer func() {
-		if pending != nil {
-			select {
-			case settles <- *pending:
-			case <-ctx.Done():
-			}
-		}
-	}()
+// the outcomes to the settler in the same order.
+func (r *Relay) publishLoop(ctx context.Context, chunks <-chan chunk, settles *settleQueue) {
+	defer settles.close()
+	var held *chunk // a chunk taken that did not fit the last batch
 	for {
 		var first chunk
 		if held != nil {
 			first, held = *held, nil
 		} else {
-			var out chan<- settlement // nil, so never chosen, without pending
-			var s settlement
-			if pending != nil {
-				out, s = settles, *pending
+			c, ok := <-chunks
+			if !ok {
+				return
 			}
-			select {
-			case c, ok := <-chunks:
-				if !ok {
-					return
-				}
-				first = c
-			case out <- s:
-				pending = nil
-				continue
-			}
+			first = c
 		}
 		batch := []chunk{first}
 		n := len(first.events)
@@ -88,16 +128,7 @@ func (r *Relay) publishLoop(ctx context.Context, chunks <-chan chunk, settles ch
 		if !ok {
 			return // stopped while the sink was unavailable: replayed later
 		}
-		if pending != nil {
-			pending.merge(s)
-		} else {
-			pending = &s
-		}
-		select {
-		case settles <- *pending:
-			pending = nil
-		default:
-		}
+		settles.add(s)
 	}
 }
 
@@ -179,37 +210,52 @@ func allUnavailable(errs []error) bool {
 	return true
 }
 
-// settleLoop marks what was published, merging the settlements queued
-// meanwhile into one transaction, and advances the confirmed position past
-// them once it committed. A failed mark is retried until it succeeds or
-// the stream ends (then the events are replayed: at least once).
-func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement) {
-	for s := range settles {
-		// Gather for SettleInterval: one mark for many publishes.
-		gather := time.NewTimer(r.cfg.SettleInterval)
-	merge:
-		for len(s.delivered)+len(s.failures) < settleMax {
-			select {
-			case more, ok := <-settles:
-				if !ok {
-					break merge
-				}
-				s.merge(more)
-			case <-gather.C:
-				break merge
-			}
+// settleLoop marks what was published, once per SettleInterval at most
+// (what was published meanwhile in one transaction), and advances the
+// confirmed position past it once it committed. A failed mark is retried
+// until it succeeds or the stream ends (then the events are replayed: at
+// least once).
+func (r *Relay) settleLoop(ctx context.Context, settles *settleQueue) {
+	gather := time.NewTimer(r.cfg.SettleInterval)
+	defer gather.Stop()
+	for {
+		select {
+		case <-settles.ready:
+		case <-settles.done:
 		}
-		gather.Stop()
-		if !r.settle(ctx, s) {
-			// Drain without confirming: what follows is replayed.
-			for range settles {
+		s, closed := settles.take()
+		if s == nil && !closed {
+			continue
+		}
+		if s != nil && !closed && len(s.delivered)+len(s.failures) < settleMax {
+			// Gather for SettleInterval: one mark for many publishes.
+			gather.Reset(r.cfg.SettleInterval)
+			select {
+			case <-gather.C:
+			case <-settles.done:
+				gather.Stop()
 			}
+			more, c := settles.take()
+			if more != nil {
+				s.merge(*more)
+			}
+			closed = c
+		}
+		if s != nil {
+			if !r.settle(ctx, *s) {
+				settles.abandon() // not confirmed: what follows is replayed
+				return
+			}
+			if s.end > 0 {
+				r.advance(s.end)
+			}
+			r.settledSeq.Store(s.seq)
+		}
+		if closed {
+			// take saw the close under the lock that add holds: nothing
+			// was added after it.
 			return
 		}
-		if s.end > 0 {
-			r.advance(s.end)
-		}
-		r.settledSeq.Store(s.seq)
 	}
 }
 
