@@ -50,3 +50,9 @@ func OwnedPartitionSQL(d *Driver) (read, mark string) { return d.parts.read[0], 
 func CountSchemasChunked(ctx context.Context, d *Driver, schemas []string, chunk int) ([]driver.SchemaStats, error) {
 	return d.countSchemas(ctx, schemas, chunk)
 }
+
+// CaptureSettleSQL exposes the capture stream's marks (delivered for
+// retention, failed) to plan tests.
+func CaptureSettleSQL(d *Driver, retention driver.Retention) (delivered, failed string) {
+	return captureSettleSQL(d, retention), captureFailSQL(d)
+}
