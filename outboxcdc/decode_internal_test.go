@@ -291,7 +291,7 @@ func TestParseUint(t *testing.T) {
 		ok bool
 	}{
 		"0": {0, true}, "42": {42, true}, "18446744073709551615": {1<<64 - 1, true},
-		"18446744073709551616": {0, false}, "": {0, false}, "-1": {0, false}, "1x": {0, false}, " 1": {0, false},
+		"18446744073709551616": {0, false}, "": {0, false}, "-1": {0, false}, "1x": {0, false}, "+1": {0, false},
 	} {
 		if n, ok := parseUint([]byte(s)); n != want.n || ok != want.ok {
 			t.Fatalf("%q: %d %v, want %d %v", s, n, ok, want.n, want.ok)
