@@ -482,10 +482,12 @@ func TestBenchSinkLimit(t *testing.T) {
 			res := run(t, nil, append(args, "--json")...)
 			requireBenchOK(t, res)
 			var doc struct {
-				Settings  map[string]any   `json:"settings"`
-				Scenarios []map[string]any `json:"scenarios"`
+				Settings    map[string]any   `json:"settings"`
+				MachineCPUs int              `json:"machine_cpus"`
+				Scenarios   []map[string]any `json:"scenarios"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+			require.Positive(t, doc.MachineCPUs, "/proc/stat's cores")
 			reported, _ := doc.Settings["sink"].(string)
 			require.True(t, strings.HasPrefix(reported, name+"://") && strings.HasSuffix(reported, "?…"),
 				"the sink without the URL's options: %q", reported)
@@ -505,6 +507,13 @@ func TestBenchSinkLimit(t *testing.T) {
 			limit := min(sinkRep["events_per_s"].(float64), discard["events_per_s"].(float64))
 			require.Equal(t, limit, drain["limit_events_per_s"])
 			require.InDelta(t, drain["events_per_s"].(float64)/limit, drain["ratio_to_limit"], 1e-9)
+			require.NotContains(t, discard, "cpu_limit_events_per_s")
+			if cpuLimit, ok := drain["cpu_limit_events_per_s"].(float64); ok { // absent when a scenario this short saw no busy tick
+				want := float64(doc.MachineCPUs) / (discard["machine_cpu_s_per_event"].(float64) + sinkRep["machine_cpu_s_per_event"].(float64))
+				require.InDelta(t, want, cpuLimit, want*1e-9)
+				require.InDelta(t, drain["events_per_s"].(float64)/cpuLimit, drain["ratio_to_cpu_limit"], 1e-9)
+				require.Contains(t, drain, "discard_drain_cpu_s_per_event")
+			}
 
 			res = run(t, nil, args...)
 			requireBenchOK(t, res)

@@ -98,24 +98,27 @@ func For(e *outbox.Event, source string) Envelope {
 	add(Database, e.Database)
 
 	var env Envelope
-	// Sorted so that, of several headers mapping to one name, the same one
-	// wins on every delivery.
-	seen := make(map[string]bool, len(e.Headers))
-	for _, header := range slices.Sorted(maps.Keys(e.Headers)) {
-		name := AttributeName(header)
-		if name == "" || seen[name] || slices.Contains(reserved, name) ||
-			name == Tenant && e.Tenant != "" || name == Database && e.Database != "" {
-			continue
-		}
-		seen[name] = true
-		value := e.Headers[header]
-		switch name {
-		case outbox.HeaderTraceParent:
-			env.Trace.TraceParent = value
-		case outbox.HeaderTraceState:
-			env.Trace.TraceState = value
-		default:
-			attrs = append(attrs, Attribute{Name: name, Value: value})
+	// Most events have no headers: no sort and no map for them.
+	if len(e.Headers) > 0 {
+		// Sorted so that, of several headers mapping to one name, the same one
+		// wins on every delivery.
+		seen := make(map[string]bool, len(e.Headers))
+		for _, header := range slices.Sorted(maps.Keys(e.Headers)) {
+			name := AttributeName(header)
+			if name == "" || seen[name] || slices.Contains(reserved, name) ||
+				name == Tenant && e.Tenant != "" || name == Database && e.Database != "" {
+				continue
+			}
+			seen[name] = true
+			value := e.Headers[header]
+			switch name {
+			case outbox.HeaderTraceParent:
+				env.Trace.TraceParent = value
+			case outbox.HeaderTraceState:
+				env.Trace.TraceState = value
+			default:
+				attrs = append(attrs, Attribute{Name: name, Value: value})
+			}
 		}
 	}
 	env.Attributes = attrs

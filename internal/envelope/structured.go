@@ -57,8 +57,31 @@ func AppendJSON(b *bytes.Buffer, e *outbox.Event, source string) {
 	b.WriteByte('}')
 }
 
-// writeString writes s as a JSON string; invalid UTF-8 becomes U+FFFD.
+// writeString writes s as a JSON string, as json.Marshal writes it:
+// invalid UTF-8 becomes U+FFFD, and <, > and & are escaped. A string of
+// printable ASCII that needs no escape (event types, IDs, times, sources
+// mostly are) is written as it is, without json.Marshal's allocation and
+// reflection.
 func writeString(b *bytes.Buffer, s string) {
+	if plainJSON(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	q, _ := json.Marshal(s) // a string always marshals
 	b.Write(q)
+}
+
+// plainJSON reports whether json.Marshal writes s between quotes unchanged:
+// printable ASCII other than the quote, the backslash and the HTML
+// characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < ' ' || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }

@@ -102,6 +102,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		SetPingTimeout(min(cfg.KeepAlive, 10*time.Second)).
 		SetWriteTimeout(writeTimeout).
 		SetOrderMatters(false).
+		SetCustomOpenConnectionFn(openConn).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 			select {
 			case s.lostCh <- err:

@@ -18,22 +18,62 @@ import (
 const HeaderPrefix = "ce-"
 
 // newMsg builds the binary-mode CloudEvents message for e on subject.
+// It is on the hot path of every publish, so the header's values share
+// one backing array and the names of the attributes every event has are
+// constants, instead of an allocation per header.
 func newMsg(subject, source string, e *outbox.Event) *nats.Msg {
 	env := envelope.For(e, source)
-	h := make(nats.Header, len(env.Attributes)+3)
+	n := len(env.Attributes) + 3
+	h := make(nats.Header, n+1) // jetstream adds Nats-Expected-Stream
+	values := make([]string, 0, n)
+	set := func(name, value string) {
+		values = append(values, value)
+		h[name] = values[len(values)-1 : len(values) : len(values)]
+	}
+	msgID := ""
 	for _, a := range env.Attributes {
 		// datacontenttype is an attribute like any other here: in the NATS
 		// binding a Content-Type header would mean structured mode.
-		h.Set(HeaderPrefix+a.Name, envelope.PercentEncode(a.Value))
+		set(headerName(a.Name), envelope.PercentEncode(a.Value))
+		if a.Name == envelope.ID {
+			msgID = a.Value // e.UniqueID(), formatted once
+		}
 	}
-	h.Set(jetstream.MsgIDHeader, e.UniqueID())
+	if msgID == "" {
+		msgID = e.UniqueID()
+	}
+	set(jetstream.MsgIDHeader, msgID)
 	if v := env.Trace.TraceParent; v != "" && envelope.ValidHeaderValue(v) {
-		h.Set(outbox.HeaderTraceParent, v)
+		set(outbox.HeaderTraceParent, v)
 	}
 	if v := env.Trace.TraceState; v != "" && envelope.ValidHeaderValue(v) {
-		h.Set(outbox.HeaderTraceState, v)
+		set(outbox.HeaderTraceState, v)
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}
+}
+
+// headerName is HeaderPrefix+name: a constant for the attributes every
+// event has.
+func headerName(name string) string {
+	switch name {
+	case envelope.SpecVersion:
+		return HeaderPrefix + envelope.SpecVersion
+	case envelope.ID:
+		return HeaderPrefix + envelope.ID
+	case envelope.Type:
+		return HeaderPrefix + envelope.Type
+	case envelope.Source:
+		return HeaderPrefix + envelope.Source
+	case envelope.Subject:
+		return HeaderPrefix + envelope.Subject
+	case envelope.Time:
+		return HeaderPrefix + envelope.Time
+	case envelope.DataContentType:
+		return HeaderPrefix + envelope.DataContentType
+	case envelope.AggregateType:
+		return HeaderPrefix + envelope.AggregateType
+	}
+	return HeaderPrefix + name
 }
 
 // checkSubject reports why subject cannot be published to, or nil.
@@ -44,7 +84,9 @@ func checkSubject(subject string) error {
 	if strings.HasPrefix(subject, "$") {
 		return errors.New("starts with $, which NATS reserves for its system APIs ($JS, $SYS, $KV): route the event to an application subject")
 	}
-	for _, tok := range strings.Split(subject, ".") {
+	for rest := subject; rest != ""; {
+		var tok string
+		tok, rest, _ = strings.Cut(rest, ".")
 		if tok == "*" || tok == ">" {
 			return fmt.Errorf("has the wildcard token %q, which can be subscribed to but not published to: route the event to a literal subject", tok)
 		}

@@ -170,7 +170,7 @@ func (r *Runner) captureDrain(ctx context.Context, retention outbox.Retention) (
 			return n == 0, err
 		})
 		stopErr := stopRelay(ctx, relay)
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if err := errors.Join(waitErr, markErr, stopErr); err != nil {
 			return fmt.Errorf("drain (%s, capture logical): %w", retention, err)
 		}

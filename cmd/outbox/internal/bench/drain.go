@@ -74,7 +74,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		waitErr := progress.wait(ctx)
 		elapsed := time.Since(start)
 		stopErr := stopRelay(ctx, &benchRelay{Relay: relay})
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if sinkErr := rec.err(); sinkErr != nil {
 			waitErr = sinkErr // says more than errSinkFailed
 		}

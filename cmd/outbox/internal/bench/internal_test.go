@@ -20,6 +20,38 @@ func TestParseVmRSS(t *testing.T) {
 	require.Positive(t, readRSS(), "this test runs on Linux")
 }
 
+func TestParseProcStat(t *testing.T) {
+	t.Parallel()
+	stat := "cpu  100 5 50 1000 20 3 7 2 40 0\ncpu0 60 5 20 500 10 1 3 1 20 0\ncpu1 40 0 30 500 10 2 4 1 20 0\n" +
+		"intr 1 2 3\nctxt 99\ncpus_allowed 4\n"
+	c, ok := parseProcStat([]byte(stat))
+	require.True(t, ok)
+	// user+nice+system+irq+softirq+steal; guest (40) is in user already.
+	require.Equal(t, machineCPU{busy: 100 + 5 + 50 + 3 + 7 + 2, idle: 1000 + 20, cores: 2}, c,
+		"cpu0 and cpu1 are cores, cpus_allowed is not")
+	later := c
+	later.busy += 250
+	require.InDelta(t, 2.5, later.busySince(c), 1e-12)
+	_, ok = parseProcStat([]byte("cpu  1 2 3\ncpu0 1 2 3\n"))
+	require.False(t, ok, "too few fields")
+	_, ok = parseProcStat([]byte("intr 1\n"))
+	require.False(t, ok)
+	c, ok = readMachineCPU()
+	require.True(t, ok, "this test runs on Linux")
+	require.Positive(t, c.cores)
+	require.Equal(t, c.cores, machineCores())
+}
+
+func TestCPULimit(t *testing.T) {
+	t.Parallel()
+	// 2 cores, 20 µs + 30 µs per event: 40,000 events/s fill both.
+	require.InDelta(t, 40000, cpuLimit(2, 20e-6, 30e-6), 1e-6)
+	require.Zero(t, cpuLimit(0, 20e-6, 30e-6))
+	require.Zero(t, cpuLimit(2, 0, 30e-6), "a cost not measured gives no limit")
+	require.InDelta(t, 2e-6, cpuPerEvent(Report{Events: 1000, MachineCPUBusyS: 0.002}), 1e-18)
+	require.Zero(t, cpuPerEvent(Report{MachineCPUBusyS: 1}))
+}
+
 func TestPercentile(t *testing.T) {
 	t.Parallel()
 	var d []time.Duration

@@ -89,7 +89,7 @@ func (r *Runner) latency(ctx context.Context, retention outbox.Retention, wake W
 			waitErr = r.waitDelivered(ctx, commits, rec)
 		}
 		stopErr := stopRelay(ctx, relay)
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if err := errors.Join(runErr, waitErr, stopErr); err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}

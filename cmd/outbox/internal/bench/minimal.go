@@ -68,7 +68,7 @@ func (r *Runner) ReferenceMinimal(ctx context.Context) (Report, error) {
 		start := time.Now()
 		runErr := loop.run(ctx)
 		elapsed := time.Since(start)
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if sinkErr := rec.err(); sinkErr != nil {
 			runErr = sinkErr
 		}

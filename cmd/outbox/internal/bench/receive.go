@@ -148,7 +148,7 @@ func (r *Runner) Receive(ctx context.Context) (Report, error) {
 			}
 			handTime += d
 		}
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if r.cfg.ReceiveBatch > 1 {
 			rep.WebhookBatch = r.cfg.ReceiveBatch
 		}

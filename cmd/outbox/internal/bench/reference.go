@@ -51,7 +51,7 @@ func (r *Runner) reference(ctx context.Context, retention outbox.Retention, sink
 		start := time.Now()
 		runErr := loop.run(ctx)
 		elapsed := time.Since(start)
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if sinkErr := rec.err(); sinkErr != nil {
 			runErr = sinkErr
 		}

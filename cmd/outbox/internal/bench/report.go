@@ -16,6 +16,11 @@ type Result struct {
 	Autovacuum *bool `json:"autovacuum,omitempty"`
 	// CPUs is the bench host's logical CPU count.
 	CPUs int `json:"cpus"`
+	// MachineCPUs is the machine's online cores as /proc/stat counts
+	// them: the cores MachineCPUBusyS is summed over and
+	// CPULimitEventsPerS divides. 0, and absent in JSON, without
+	// /proc/stat.
+	MachineCPUs int `json:"machine_cpus,omitempty"`
 	// Notes say how to read the numbers.
 	Notes     []string `json:"notes"`
 	Scenarios []Report `json:"scenarios"`
@@ -97,6 +102,14 @@ type Report struct {
 	// sampled during the measured part: the relay's memory, plus the
 	// writers' in steady and latency. 0 where /proc is missing.
 	RSSPeakBytes int64 `json:"rss_peak_bytes"`
+	// MachineCPUBusyS is the whole machine's busy CPU time during the
+	// measured part, in seconds summed over all cores (/proc/stat: user,
+	// nice, system, irq, softirq, steal): this process, the database, a
+	// broker on this machine, and anything else running. 0, and absent
+	// in JSON, without /proc/stat.
+	MachineCPUBusyS float64 `json:"machine_cpu_busy_s,omitempty"`
+	// MachineCPUSPerEvent is MachineCPUBusyS / Events.
+	MachineCPUSPerEvent float64 `json:"machine_cpu_s_per_event,omitempty"`
 	// WebhookBatch is receive's events per request, when above 1.
 	WebhookBatch int `json:"webhook_batch,omitempty"`
 }
@@ -124,6 +137,22 @@ type DrainStats struct {
 	SinkEventsPerS         float64 `json:"sink_events_per_s,omitempty"`
 	// RatioToLimit is EventsPerS / LimitEventsPerS.
 	RatioToLimit float64 `json:"ratio_to_limit,omitempty"`
+	// CPULimitEventsPerS, reported with LimitEventsPerS when /proc/stat
+	// is there, is Result.MachineCPUs / (DiscardDrainCPUSPerEvent +
+	// SinkCPUSPerEvent): the rate at which the machine's cores are all
+	// busy when the database and relay cost what the discard drain cost
+	// per event and the sink what the sink scenario cost. It is the
+	// ceiling when the database, the relay and the broker share the
+	// machine's cores; with the broker on another host its CPU is not
+	// in the machine's, and the ceiling is that of the database and
+	// relay side plus the client's side of publishing.
+	CPULimitEventsPerS float64 `json:"cpu_limit_events_per_s,omitempty"`
+	// DiscardDrainCPUSPerEvent and SinkCPUSPerEvent are the
+	// MachineCPUSPerEvent of the discard drain and the sink scenario.
+	DiscardDrainCPUSPerEvent float64 `json:"discard_drain_cpu_s_per_event,omitempty"`
+	SinkCPUSPerEvent         float64 `json:"sink_cpu_s_per_event,omitempty"`
+	// RatioToCPULimit is EventsPerS / CPULimitEventsPerS.
+	RatioToCPULimit float64 `json:"ratio_to_cpu_limit,omitempty"`
 	// PlainLoopEventsPerS, for an unordered drain run with
 	// Config.PlainLoopURL (a webhook --sink), is the plain loop's rate in
 	// the same run and retention mode: the reference loop's claim (SKIP

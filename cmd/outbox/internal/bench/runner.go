@@ -117,17 +117,27 @@ func (r *Runner) Config() Config { return r.cfg }
 // and RatioToPlainLoop. Then receive, then tenants. reference-minimal, receive
 // and tenants are PostgreSQL's: elsewhere Run leaves them out with a note.
 // On error it returns the reports finished so far.
-func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) {
-	res := Result{Settings: r.settings(), Database: r.info.kind, Server: r.info.server, Autovacuum: r.info.autovacuum,
-		CPUs: runtime.NumCPU(), Notes: []string{
+func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (res Result, err error) {
+	res = Result{Settings: r.settings(), Database: r.info.kind, Server: r.info.server, Autovacuum: r.info.autovacuum,
+		CPUs: runtime.NumCPU(), MachineCPUs: machineCores(), Notes: []string{
 			"The relay, the reference loop and the writers run in the bench process; rss_peak_bytes is that process's resident memory.",
 			"Compare ratios taken in one run (ratio_to_reference, ratio_to_limit, writer_tps_ratio); absolute rates drift between runs and machines.",
 		}}
+	if res.MachineCPUs > 0 {
+		res.Notes = append(res.Notes, "machine CPU (machine_cpu_s_per_event) is the whole machine's busy CPU time per event, all cores, from /proc/stat:"+
+			" the bench process, the database, a broker on this machine and anything else running; cpu_limit_events_per_s is the rate at which"+
+			" the discard drain's and the sink scenario's costs together fill every core (a broker on another host is not in it).")
+	}
 	res.Notes = append(res.Notes, r.info.notes...)
 	want := map[Scenario]bool{}
 	for _, s := range scenarios {
 		want[s] = true
 	}
+	defer func() {
+		for i := range res.Scenarios {
+			res.Scenarios[i].MachineCPUSPerEvent = cpuPerEvent(res.Scenarios[i])
+		}
+	}()
 	add := func(rep Report, err error) error {
 		if err != nil {
 			return err
@@ -145,14 +155,14 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			res.Notes = append(res.Notes, fmt.Sprintf("reference-minimal did not run: it is PostgreSQL's, and this is %s.", res.DatabaseName()))
 		}
 	}
-	var sinkRate float64
+	var sinkRate, sinkCPU float64
 	if want[ScenarioSink] {
 		rep, err := r.Sink(ctx)
 		if err != nil {
 			return res, err
 		}
 		res.Scenarios = append(res.Scenarios, rep)
-		sinkRate = rep.EventsPerS
+		sinkRate, sinkCPU = rep.EventsPerS, cpuPerEvent(rep)
 	}
 	_, discarding := r.cfg.Sink.(Discard)
 	withLimit := want[ScenarioSink] && want[ScenarioDrain] && !discarding
@@ -168,7 +178,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 			if !want[ScenarioDrain] {
 				continue
 			}
-			var discardRate float64
+			var discardRate, discardCPU float64
 			if withLimit {
 				dd, err := r.drain(ctx, mode, 0, Discard{}, discardSinkName)
 				if err != nil {
@@ -176,7 +186,7 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 				}
 				dd.DrainStats = &DrainStats{ReferenceEventsPerS: ref.EventsPerS, RatioToReference: ratio(dd.EventsPerS, ref.EventsPerS)}
 				res.Scenarios = append(res.Scenarios, dd)
-				discardRate = dd.EventsPerS
+				discardRate, discardCPU = dd.EventsPerS, cpuPerEvent(dd)
 			}
 			if captureStreams(r.cfg.Capture) {
 				c, err := r.captureDrain(ctx, mode)
@@ -198,6 +208,9 @@ func (r *Runner) Run(ctx context.Context, scenarios []Scenario) (Result, error) 
 				limit := min(discardRate, sinkRate)
 				d.LimitEventsPerS, d.DiscardDrainEventsPerS, d.SinkEventsPerS = limit, discardRate, sinkRate
 				d.RatioToLimit = ratio(d.EventsPerS, limit)
+				d.DiscardDrainCPUSPerEvent, d.SinkCPUSPerEvent = discardCPU, sinkCPU
+				d.CPULimitEventsPerS = cpuLimit(res.MachineCPUs, discardCPU, sinkCPU)
+				d.RatioToCPULimit = ratio(d.EventsPerS, d.CPULimitEventsPerS)
 			}
 			if r.cfg.PlainLoopURL != "" {
 				pl, err := r.PlainLoop(ctx, mode)
@@ -281,6 +294,25 @@ func (r *Runner) progress(format string, args ...any) {
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(fmt.Sprintf(format, args...))
 	}
+}
+
+// cpuPerEvent is rep's machine CPU seconds per event, or 0 when either is
+// unknown.
+func cpuPerEvent(rep Report) float64 {
+	if rep.Events <= 0 {
+		return 0
+	}
+	return rep.MachineCPUBusyS / float64(rep.Events)
+}
+
+// cpuLimit is cores / (a + b): the events per second at which the
+// machine's cores are all busy when each event costs a + b CPU seconds.
+// It is 0 when a cost or the cores are unknown.
+func cpuLimit(cores int, a, b float64) float64 {
+	if cores <= 0 || a <= 0 || b <= 0 {
+		return 0
+	}
+	return float64(cores) / (a + b)
 }
 
 // ratio is a/b, or 0 when b is 0.

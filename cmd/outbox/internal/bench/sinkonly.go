@@ -34,7 +34,7 @@ func (r *Runner) sinkOnly(ctx context.Context, sink outbox.Sink) (Report, error)
 	start := time.Now()
 	err := publishBatches(ctx, rec, events, r.cfg.BatchSize, r.cfg.MaxInFlight)
 	elapsed := time.Since(start)
-	rep.RSSPeakBytes = rss.Stop()
+	rss.stopInto(&rep)
 	if sinkErr := rec.err(); sinkErr != nil {
 		err = sinkErr
 	}

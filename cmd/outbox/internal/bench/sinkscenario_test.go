@@ -148,6 +148,26 @@ func TestDrainLimitWithRedis(t *testing.T) {
 	require.Equal(t, discard.EventsPerS, drain.DiscardDrainEventsPerS)
 	require.Equal(t, min(sinkRep.EventsPerS, discard.EventsPerS), drain.LimitEventsPerS)
 	require.InDelta(t, drain.EventsPerS/drain.LimitEventsPerS, drain.RatioToLimit, 1e-9)
+
+	// The machine's CPU per event, and the CPU limit from the discard
+	// drain's and the sink's: computed, whatever the numbers are (a run
+	// this short may see no busy tick, and then reports no limit).
+	require.Positive(t, res.MachineCPUs, "this test runs on Linux")
+	for _, rep := range res.Scenarios {
+		require.GreaterOrEqual(t, rep.MachineCPUBusyS, 0.0)
+		require.InDelta(t, rep.MachineCPUBusyS/float64(rep.Events), rep.MachineCPUSPerEvent, 1e-15)
+	}
+	require.Equal(t, discard.MachineCPUSPerEvent, drain.DiscardDrainCPUSPerEvent)
+	require.Equal(t, sinkRep.MachineCPUSPerEvent, drain.SinkCPUSPerEvent)
+	require.Zero(t, discard.CPULimitEventsPerS)
+	if discard.MachineCPUSPerEvent > 0 && sinkRep.MachineCPUSPerEvent > 0 {
+		want := float64(res.MachineCPUs) / (discard.MachineCPUSPerEvent + sinkRep.MachineCPUSPerEvent)
+		require.InDelta(t, want, drain.CPULimitEventsPerS, want*1e-9)
+		require.InDelta(t, drain.EventsPerS/want, drain.RatioToCPULimit, 1e-9)
+	} else {
+		require.Zero(t, drain.CPULimitEventsPerS)
+		require.Zero(t, drain.RatioToCPULimit)
+	}
 	require.Empty(t, b.scratches(t))
 }
 

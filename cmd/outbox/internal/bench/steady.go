@@ -65,7 +65,7 @@ func (r *Runner) Steady(ctx context.Context, retention outbox.Retention, wake Wa
 		backlogEnd, countErr := s.backlog(ctx)
 		backlogMid, midErr := mid()
 		stopErr := stopRelay(ctx, relay)
-		rep.RSSPeakBytes = rss.Stop()
+		rss.stopInto(&rep)
 		if err := errors.Join(runErr, countErr, midErr, rec.err(), stopErr); err != nil {
 			return fmt.Errorf("steady: %w", err)
 		}

@@ -396,6 +396,10 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 					t.row("  drain/limit\t%.2f× (limit %s events/s: the slower of the discard: drain %s and sink %s)\n", r.RatioToLimit,
 						thousands(r.LimitEventsPerS), thousands(r.DiscardDrainEventsPerS), thousands(r.SinkEventsPerS))
 				}
+				if r.CPULimitEventsPerS > 0 {
+					t.row("  drain/CPU limit\t%.2f× (limit %s events/s: %d cores ÷ (discard: drain %.1f µs + sink %.1f µs of machine CPU per event))\n",
+						r.RatioToCPULimit, thousands(r.CPULimitEventsPerS), res.MachineCPUs, r.DiscardDrainCPUSPerEvent*1e6, r.SinkCPUSPerEvent*1e6)
+				}
 				if r.PlainLoopEventsPerS > 0 {
 					t.row("  drain/plain loop\t%.2f× (claim/POST/mark loop %s events/s)\n", r.RatioToPlainLoop, thousands(r.PlainLoopEventsPerS))
 				}
@@ -406,6 +410,10 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		}
 		if r.Scenario != bench.ScenarioSink && r.Scenario != bench.ScenarioReceive {
 			writeTableSizes(t, res.Database, r)
+		}
+		if r.MachineCPUSPerEvent > 0 {
+			t.row("  machine CPU\t%.1f µs/event (%.2f s busy over all %d cores: the whole machine, not only this process)\n",
+				r.MachineCPUSPerEvent*1e6, r.MachineCPUBusyS, res.MachineCPUs)
 		}
 		t.row("  peak RSS\t%s\n", bytesize(r.RSSPeakBytes))
 	}
