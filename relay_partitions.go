@@ -26,26 +26,13 @@ type partitions struct {
 	round sync.Mutex
 
 	mu sync.Mutex
-	// flights are the relay's batches in flight, by their first event's
-	// ID, until they are settled (partitionsDone).
-	flights map[int64]flight
-	offset  int
-	held    int
-	relays  int
-}
-
-// flight is a partition batch in flight.
-type flight struct {
-	parts []int32
-	// ids are the batch's events when it was not full: its partitions
-	// are read again while it is in flight, leaving out its keys. A full
-	// batch (a backlog: the read stopped at the batch size or the byte
-	// budget) has none, and its partitions are not read until it settled,
-	// so that a read does not walk the in-flight keys' backlog.
-	ids []int64
-	// deadline is the batch's publish deadline (this process's clock):
-	// its partitions are not renewed once it passed.
-	deadline time.Time
+	// busy maps each partition with a batch in flight to that batch's
+	// publish deadline (this process's clock): it is not read again until
+	// the batch settled, and not renewed once the deadline passed.
+	busy   map[int32]time.Time
+	offset int
+	held   int
+	relays int
 }
 
 // balanceInterval is how often an ordered relay renews, sheds and takes
@@ -61,7 +48,7 @@ func (r *Relay) startPartitions(ctx context.Context, version int) error {
 	if !r.ordered() || !ok || version < driver.PartitionedVersion || r.cfg.CaptureSlot != "" {
 		return nil
 	}
-	r.parts = &partitions{pc: pc, flights: map[int64]flight{}}
+	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}}
 	return r.balance(ctx)
 }
 
@@ -73,10 +60,10 @@ func (r *Relay) balance(ctx context.Context) error {
 	now := time.Now()
 	var busy, stuck []int32
 	p.mu.Lock()
-	for _, f := range p.flights {
-		busy = append(busy, f.parts...)
-		if !now.Before(f.deadline) {
-			stuck = append(stuck, f.parts...)
+	for part, deadline := range p.busy {
+		busy = append(busy, part)
+		if !now.Before(deadline) {
+			stuck = append(stuck, part)
 		}
 	}
 	p.mu.Unlock()
@@ -123,68 +110,54 @@ func (r *Relay) releasePartitions(ctx context.Context) {
 	}
 }
 
-// readPartitions reads a batch from the relay's partitions and records it
-// in flight until it is settled (partitionsDone): until then its keys are
-// left out of the next reads, and, for a full batch, its partitions.
+// readPartitions reads a batch from the relay's partitions and marks them
+// busy until the batch is settled (partitionsDone).
 func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, error) {
 	p := r.parts
 	p.round.Lock()
 	defer p.round.Unlock()
-	var (
-		busy     []int32
-		inFlight []int64
-	)
 	p.mu.Lock()
-	for _, f := range p.flights {
-		if f.ids == nil {
-			busy = append(busy, f.parts...)
-		} else {
-			inFlight = append(inFlight, f.ids...)
-		}
+	busy := make([]int32, 0, len(p.busy))
+	for part := range p.busy {
+		busy = append(busy, part)
 	}
 	offset := p.offset
 	p.offset = (p.offset + 1) % driver.Partitions
 	p.mu.Unlock()
 	start := time.Now()
 	claim, err := p.pc.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
-		MinLease: r.cfg.Lease / 2, Busy: busy, InFlight: inFlight, Offset: offset,
-		Skip: r.cfg.OrderedFailure == OrderedFailureSkip})
+		MinLease: r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip})
 	if err != nil || len(claim.Events) == 0 {
 		return driver.Claim{}, err
 	}
-	full := len(claim.Events) >= size
 	if r.cfg.MaxBatchBytes > 0 {
 		// The batch is in key order: a cut is a prefix of every key's run.
 		var total int
 		for i := range claim.Events {
 			total += len(claim.Events[i].Payload) + len(claim.Events[i].Headers)
 			if i > 0 && total > r.cfg.MaxBatchBytes {
-				claim.Events, full = claim.Events[:i], true
+				claim.Events = claim.Events[:i]
 				break
 			}
 		}
 	}
-	f := flight{parts: claim.Parts, deadline: start.Add(claim.Lease - leaseMargin(r.cfg.Lease))}
-	if !full {
-		f.ids = make([]int64, len(claim.Events))
-		for i := range claim.Events {
-			f.ids[i] = claim.Events[i].ID
-		}
-	}
+	deadline := start.Add(claim.Lease - leaseMargin(r.cfg.Lease))
 	p.mu.Lock()
-	p.flights[claim.Events[0].ID] = f
+	for _, part := range claim.Parts {
+		p.busy[part] = deadline
+	}
 	p.mu.Unlock()
 	return claim, nil
 }
 
-// partitionsDone ends a settled batch's flight: its keys, and if it was
-// full its partitions, are read again. It runs after the batch's marks
-// committed, so a read that no longer leaves its keys out sees them.
+// partitionsDone marks the partitions of a settled batch free to read.
 func (r *Relay) partitionsDone(c driver.Claim) {
-	if r.parts == nil || len(c.Parts) == 0 || len(c.Events) == 0 {
+	if r.parts == nil || len(c.Parts) == 0 {
 		return
 	}
 	r.parts.mu.Lock()
-	delete(r.parts.flights, c.Events[0].ID)
+	for _, part := range c.Parts {
+		delete(r.parts.busy, part)
+	}
 	r.parts.mu.Unlock()
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,59 +151,4 @@ func TestRelayOrderedPartitionsRebalance(t *testing.T) {
 	sink.mu.Unlock()
 	t.Logf("%d events, longest wait from commit to first acknowledgement %v", total, worst)
 	require.Less(t, worst, lease, "no stall as long as a lease")
-}
-
-// keyGateSink is an orderSink that holds every batch with an event of key
-// hold in the sink until gate is closed.
-type keyGateSink struct {
-	orderSink
-	hold    string
-	gate    chan struct{}
-	holding atomic.Bool
-}
-
-func (s *keyGateSink) Publish(ctx context.Context, events []outbox.Event) []error {
-	for _, e := range events {
-		if e.AggregateID == s.hold {
-			s.holding.Store(true)
-			select {
-			case <-s.gate:
-			case <-ctx.Done():
-			}
-			break
-		}
-	}
-	return s.orderSink.Publish(ctx, events)
-}
-
-// While a batch is in flight, its partition is read again: the other keys
-// of the partition flow, and the key in flight waits, its later event sent
-// only after its earlier one was acknowledged.
-func TestRelayOrderedPartitionReadAgainWhileInFlight(t *testing.T) {
-	t.Parallel()
-	b := setupRelay(t)
-	// Another key of a's partition.
-	var other string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT k FROM (SELECT 'k' || g AS k FROM generate_series(1, 100000) g) s
-		WHERE hashtext('thing:' || k) & 255 = hashtext('thing:a') & 255 LIMIT 1`).Scan(&other))
-	sink := &keyGateSink{hold: "a", gate: make(chan struct{})}
-	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, PollInterval: 10 * time.Millisecond,
-		BatchSize: 100, Workers: 2})
-	key := func(k string) func(int, *outbox.Message) { return func(_ int, m *outbox.Message) { m.AggregateID = k } }
-	// A first batch delivered: the relay then keeps several in flight.
-	warm := b.write(t, 1, nil)[0]
-	testutil.WaitFor(t, 10*time.Second, "a first event is sent", func() bool { return sink.sentIDs()[warm] })
-	a1 := b.write(t, 1, key("a"))[0]
-	testutil.WaitFor(t, 10*time.Second, "a's first event is held in the sink", sink.holding.Load)
-	a2 := b.write(t, 1, key("a"))[0]
-	o1 := b.write(t, 1, key(other))[0]
-	testutil.WaitFor(t, 5*time.Second, "the other key of the partition is sent while a's batch is in flight", func() bool {
-		return sink.sentIDs()[o1]
-	})
-	require.False(t, sink.sentIDs()[a2], "a's later event waits for the earlier one in flight")
-	require.False(t, sink.sentIDs()[a1])
-	close(sink.gate)
-	testutil.WaitFor(t, 10*time.Second, "a's events are sent", func() bool { return sink.sentIDs()[a2] })
-	acks, _ := sink.firstAcks()
-	require.Equal(t, []int64{a1, a2}, acks["a"])
 }

@@ -21,15 +21,8 @@ type PartitionClaimParams struct {
 	// MinLease: only partitions with more than this much of their lease
 	// left are read.
 	MinLease time.Duration
-	// Busy are partitions with a full batch of this relay in flight (a
-	// backlog): not read.
+	// Busy are partitions with a batch of this relay in flight: not read.
 	Busy []int32
-	// InFlight are the events of this relay's other batches in flight: the
-	// read leaves out their keys (every event of a key with an event in
-	// flight, and the events themselves), so a partition is read again
-	// while a batch of it is in flight without taking a later event of a
-	// key before the earlier one settled.
-	InFlight []int64
 	// Offset rotates the order the partitions are read in.
 	Offset int
 	// Skip is OrderedClaimParams.Skip.

@@ -39,18 +39,12 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	pe := partitionExpr("e.")
 
 	// The read writes nothing. parts: the partitions this relay owns with
-	// more than $3 ms of lease left and no full batch of its own in flight
-	// ($4), rotated by $5. blockers: the events of those partitions that
-	// hold their key back now (in flight under a row lease, retrying or
-	// written for later and not due, dead under block), from the small
-	// partial indexes of processing, failed and pending rows (the latter
-	// read from now on: only the events not due), and the relay's own
-	// events in flight ($6, by primary key: at most a few batches), keyed
-	// as the partition expression keys them, so that a keyless one (its
-	// key is its ID; keyed tells it from an aggregate ID that spells the
-	// same) blocks itself. A blocker blocks its own row too ("<="): the
-	// others are never due and pending, so only the events in flight are
-	// left out by it.
+	// more than $3 ms of lease left and no batch of its own in flight ($4),
+	// rotated by $5. blockers: the events of those partitions that hold
+	// their key back now (in flight under a row lease, retrying or written
+	// for later and not due, dead under block), from the small partial
+	// indexes of processing, failed and pending rows (the latter read
+	// from now on: only the events not due).
 	// Then, partition by partition in that order, its pending due events
 	// below the horizon in key order, leaving out every event with a
 	// blocker of its key before it, up to $1 in all. The columns come
@@ -70,14 +64,10 @@ func buildPartitionQueries(schema, t string) partitionQueries {
       AND partition <> ALL($4::int[])
     ORDER BY (partition + $5::int) % ` + strconv.Itoa(driver.Partitions) + `
 ), blockers AS MATERIALIZED (
-    SELECT b.aggregate_type, b.aggregate_id AS k, true AS keyed, b.txid, b.id
+    SELECT b.aggregate_type, b.aggregate_id, b.txid, b.id
     FROM parts p JOIN ` + t + ` b ON ` + partitionExpr("b.") + ` = p.partition
     WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon)
       AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()) OR (` + dead + `))
-    UNION ALL
-    SELECT f.aggregate_type, coalesce(f.aggregate_id, f.id::text), f.aggregate_id IS NOT NULL, f.txid, f.id
-    FROM ` + t + ` f
-    WHERE f.id = ANY($6::bigint[]) AND f.status = 'pending'
 )
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
     SELECT ` + cols + `, e.txid::text::bigint, p.partition, p.fence, now()
@@ -85,10 +75,9 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
     WHERE ` + pe + ` = p.partition AND e.status = 'pending'
       AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
       AND NOT EXISTS (SELECT FROM blockers b
-                      WHERE b.k = coalesce(e.aggregate_id, e.id::text)
-                        AND b.keyed = (e.aggregate_id IS NOT NULL)
+                      WHERE b.aggregate_id = e.aggregate_id
                         AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
-                        AND (b.txid, b.id) <= (e.txid, e.id))
+                        AND (b.txid, b.id) < (e.txid, e.id))
     ORDER BY e.txid, e.id
     LIMIT $1
 ) c
@@ -225,14 +214,11 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	if p.Skip {
 		q = d.parts.read[1]
 	}
-	busy, inFlight := p.Busy, p.InFlight
+	busy := p.Busy
 	if busy == nil {
 		busy = []int32{}
 	}
-	if inFlight == nil {
-		inFlight = []int64{}
-	}
-	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions, inFlight)
+	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions)
 	if err != nil {
 		return driver.Claim{}, wrap(err)
 	}

@@ -1,7 +1,6 @@
 package pgdriver_test
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +54,7 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
 		return plan
 	}
-	plan := explain("read_plan", read, "int, text, bigint, int[], int, bigint[]", `1000, 'r', 30000, '{}', 0, '{1,2,3}'`)
+	plan := explain("read_plan", read, "int, text, bigint, int[], int", `1000, 'r', 30000, '{}', 0`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan)
 	plan = explain("mark_plan", mark, "bigint[], text, int[], bigint[]", `'{1,2,3}', 'r', '{1,2}', '{1,1}'`)
 	require.Contains(t, plan, "outbox_events_pkey", plan)
@@ -111,45 +110,4 @@ func TestPartitionReadAndFencedMark(t *testing.T) {
 	n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "s", Parts: c2.Parts, Fences: c2.Fences}, claimIDs(c2), driver.RetainProcessed)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-}
-
-// A partition read again while a batch of it is in flight leaves out the
-// events in flight and every later event of their keys, keyless events
-// included (their key is their own ID), and nothing else: not the other
-// keys of the partition, not a key that spells a keyless event's ID.
-func TestPartitionReadLeavesInFlightKeysOut(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	_, _, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
-	require.NoError(t, err)
-	b.insertKeyed(t, "a", "b", "")
-	read := func(inFlight []int64) driver.Claim {
-		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100,
-			MinLease: time.Second, InFlight: inFlight})
-		require.NoError(t, err)
-		return c
-	}
-	var first driver.Claim
-	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
-		first = read(nil)
-		return len(first.Events) == 3
-	})
-	require.Equal(t, []string{"a", "b", ""}, keysOf(first))
-	keyless := strconv.FormatInt(first.Events[2].ID, 10)
-	b.insertKeyed(t, "a", "c", keyless)
-	inFlight := claimIDs(first)
-	var again driver.Claim
-	testutil.WaitFor(t, 10*time.Second, "the new events are below the horizon", func() bool {
-		again = read(inFlight)
-		return len(again.Events) == 2
-	})
-	require.Equal(t, []string{"c", keyless}, keysOf(again), "a's later event waits for a's event in flight")
-	// Only a's event in flight: b and the keyless event are read again,
-	// a's later event still waits.
-	require.Equal(t, []string{"b", "", "c", keyless}, keysOf(read(inFlight[:1])))
-	// a's event settled: a's later event follows.
-	_, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", Parts: first.Parts, Fences: first.Fences},
-		inFlight[:1], driver.RetainProcessed)
-	require.NoError(t, err)
-	require.Equal(t, []string{"b", "", "a", "c", keyless}, keysOf(read(nil)))
 }
