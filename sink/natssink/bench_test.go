@@ -22,15 +22,7 @@ import (
 //
 //	go test ./sink/natssink -run '^$' -bench PublishKeyOrder -benchtime 20x
 func BenchmarkPublishKeyOrder(b *testing.B) {
-	nc, err := nats.Connect("nats://" + natsAddr())
-	if err != nil {
-		b.Fatalf("NATS with JetStream is not reachable at %s: %v", natsAddr(), err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := benchJetStream(b)
 	// A stream and a sink per round: a stream that fills up, and
 	// JetStream's duplicate window that grows with every message ID,
 	// would make later rounds slower than earlier ones.
@@ -63,15 +55,7 @@ func BenchmarkPublishKeyOrder(b *testing.B) {
 //
 //	go test ./sink/natssink -run '^$' -bench 'Publish$' -benchtime 50x -benchmem
 func BenchmarkPublish(b *testing.B) {
-	nc, err := nats.Connect("nats://" + natsAddr())
-	if err != nil {
-		b.Fatalf("NATS with JetStream is not reachable at %s: %v", natsAddr(), err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := benchJetStream(b)
 	id := brokertest.RandomName()
 	stream, prefix := "OUTBOX_BENCH_"+strings.ToUpper(id), "b"+id
 	ctx := context.Background()
@@ -106,4 +90,19 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(events))/b.Elapsed().Seconds(), "events/s")
+}
+
+// benchJetStream connects to the test NATS server's JetStream for a
+// benchmark, closing the connection when it ends.
+func benchJetStream(b *testing.B) jetstream.JetStream {
+	nc, err := nats.Connect("nats://" + natsAddr())
+	if err != nil {
+		b.Fatalf("NATS with JetStream is not reachable at %s: %v", natsAddr(), err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return js
 }

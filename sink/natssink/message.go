@@ -52,26 +52,21 @@ func newMsg(subject, source string, e *outbox.Event) *nats.Msg {
 	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}
 }
 
-// headerName is HeaderPrefix+name: a constant for the attributes every
-// event has.
+// headerNames maps the attributes every event has to HeaderPrefix+name,
+// built once so that a message's headers do not concatenate them.
+var headerNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, name := range []string{envelope.SpecVersion, envelope.ID, envelope.Type, envelope.Source,
+		envelope.Subject, envelope.Time, envelope.DataContentType, envelope.AggregateType} {
+		m[name] = HeaderPrefix + name
+	}
+	return m
+}()
+
+// headerName is HeaderPrefix+name.
 func headerName(name string) string {
-	switch name {
-	case envelope.SpecVersion:
-		return HeaderPrefix + envelope.SpecVersion
-	case envelope.ID:
-		return HeaderPrefix + envelope.ID
-	case envelope.Type:
-		return HeaderPrefix + envelope.Type
-	case envelope.Source:
-		return HeaderPrefix + envelope.Source
-	case envelope.Subject:
-		return HeaderPrefix + envelope.Subject
-	case envelope.Time:
-		return HeaderPrefix + envelope.Time
-	case envelope.DataContentType:
-		return HeaderPrefix + envelope.DataContentType
-	case envelope.AggregateType:
-		return HeaderPrefix + envelope.AggregateType
+	if h, ok := headerNames[name]; ok {
+		return h
 	}
 	return HeaderPrefix + name
 }

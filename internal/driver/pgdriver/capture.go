@@ -383,12 +383,7 @@ WHERE id = ANY($1::bigint[]) AND ` + streamed
 // path from now on.
 func captureFailSQL(d *Driver) string {
 	return `UPDATE ` + d.table + ` AS e
-SET attempts = e.attempts + 1,
-    last_error = f.error,
-    status = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $6)
-                  THEN 'failed' ELSE 'pending' END,
-    available_at = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $6)
-                  THEN e.available_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+SET ` + failureSet("$6") + `
     locked_by = $7,
     updated_at = now()
 FROM unnest($1::bigint[], $3::text[], $4::boolean[], $5::bigint[]) AS f(id, error, permanent, delay_ms)

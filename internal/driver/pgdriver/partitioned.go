@@ -121,12 +121,7 @@ WHERE ` + fenced
 )
 SELECT count(*) FROM moved`
 	q.markFailed = `UPDATE ` + t + ` AS e
-SET attempts = e.attempts + 1,
-    last_error = f.error,
-    status = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
-                  THEN 'failed' ELSE 'pending' END,
-    available_at = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
-                  THEN e.available_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+SET ` + failureSet("$5") + `
     locked_by = $6,
     updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, error, permanent, delay_ms),

@@ -191,12 +191,7 @@ WHERE processed_at < now() - $1::bigint * interval '1 millisecond' AND id = ANY(
 	// is decided here, from the row's own attempts and max_attempts, so an
 	// operator's change to max_attempts during the publish still counts.
 	q.markFailed = `UPDATE ` + t + ` AS e
-SET attempts = e.attempts + 1,
-    last_error = f.error,
-    status = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
-                  THEN 'failed' ELSE 'pending' END,
-    available_at = CASE WHEN f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, $5)
-                  THEN e.available_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+SET ` + failureSet("$5") + `
     locked_until = NULL,
     updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, error, permanent, delay_ms)
@@ -312,3 +307,17 @@ WHERE id = ANY(ARRAY(
 // stale error).
 const requeueSet = `SET status = 'pending', attempts = 0, lease_expiries = 0, last_error = NULL, dead_letter_retry_at = NULL,
     available_at = now(), locked_until = NULL, processed_at = NULL, updated_at = now()`
+
+// failureSet is the start of the SET list every failure mark shares: one
+// more attempt, the error, and dead (failed) or pending again after the
+// event's delay, decided from the row's own attempts and max_attempts (the
+// relay's default in the parameter maxAttempts), so an operator's change to
+// max_attempts during the publish still counts. f is the unnest of the
+// batch's failures (id, error, permanent, delay_ms).
+func failureSet(maxAttempts string) string {
+	dead := `f.permanent OR e.attempts + 1 >= coalesce(e.max_attempts, ` + maxAttempts + `)`
+	return `attempts = e.attempts + 1,
+    last_error = f.error,
+    status = CASE WHEN ` + dead + ` THEN 'failed' ELSE 'pending' END,
+    available_at = CASE WHEN ` + dead + ` THEN e.available_at ELSE now() + f.delay_ms * interval '1 millisecond' END,`
+}
