@@ -38,13 +38,7 @@ func TestCaptureSettlePlanUsesPrimaryKey(t *testing.T) {
 			require.NoError(t, err)
 			explain := func(name, sqlText, types, args string) {
 				stmt := name + "_" + mode + "_" + string(retention) // PREPARE outlives the rollback
-				_, err := tx.Exec(b.ctx, `PREPARE `+stmt+`(`+types+`) AS `+sqlText)
-				require.NoError(t, err)
-				rows, err := tx.Query(b.ctx, `EXPLAIN EXECUTE `+stmt+`(`+args+`)`)
-				require.NoError(t, err)
-				lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				require.NoError(t, err)
-				plan := strings.Join(lines, "\n")
+				plan := explainPrepared(t, tx, stmt, sqlText, types, args)
 				require.Contains(t, plan, "outbox_events_pkey", "%s, %s, %s:\n%s", name, mode, retention, plan)
 				for _, idx := range []string{"outbox_events_partition_idx", "outbox_events_pending_idx", "Seq Scan on outbox_events"} {
 					require.NotContains(t, plan, idx, "%s, %s, %s:\n%s", name, mode, retention, plan)
@@ -60,4 +54,17 @@ func TestCaptureSettlePlanUsesPrimaryKey(t *testing.T) {
 			require.NoError(t, tx.Rollback(b.ctx))
 		}
 	}
+}
+
+// explainPrepared prepares sqlText as name with parameter types in tx and
+// returns the plan of executing it with args (both SQL lists).
+func explainPrepared(t *testing.T, tx pgx.Tx, name, sqlText, types, args string) string {
+	t.Helper()
+	_, err := tx.Exec(t.Context(), `PREPARE `+name+`(`+types+`) AS `+sqlText)
+	require.NoError(t, err)
+	rows, err := tx.Query(t.Context(), `EXPLAIN EXECUTE `+name+`(`+args+`)`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
 }

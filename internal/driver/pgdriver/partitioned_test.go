@@ -1,7 +1,6 @@
 package pgdriver_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -43,13 +42,7 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.NoError(t, err)
 	read, mark := pgdriver.OwnedPartitionSQL(b.drv)
 	explain := func(name, sqlText, types, args string) string {
-		_, err = tx.Exec(b.ctx, `PREPARE `+name+`(`+types+`) AS `+sqlText)
-		require.NoError(t, err)
-		rows, err := tx.Query(b.ctx, `EXPLAIN EXECUTE `+name+`(`+args+`)`)
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
+		plan := explainPrepared(t, tx, name, sqlText, types, args)
 		t.Log(plan)
 		require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
 		return plan
