@@ -46,8 +46,8 @@ func TestStats(t *testing.T) {
 	require.Regexp(t, `(?m)^  last vacuum +(never|\S+Z), auto (never|\S+Z)$`, res.stdout)
 	require.Regexp(t, `(?m)^  last analyze +(never|\S+Z), auto (never|\S+Z)$`, res.stdout)
 	// The test database is shared: another test's transaction may hold
-	// the horizon, or none; a holder whose transaction start is not
-	// visible to this role is shown with "age unknown".
+	// the horizon, or none; a holder whose transaction began a moment
+	// ago has no age yet ("age unknown").
 	require.Regexp(t, `(?m)^vacuum horizon +(nothing holds it back|(\S+ old|age unknown) \(\d+ transactions\), held by .+)$`, res.stdout)
 	require.NotContains(t, res.stdout, "history list length")
 	require.NotContains(t, res.stdout, "database file")
