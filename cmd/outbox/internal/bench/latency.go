@@ -19,7 +19,9 @@ const deliverTimeout = 30 * time.Second
 // Duration while the relay runs, and measures each event's latency from the
 // moment its writer's Commit returned to the moment the sink acknowledged
 // it, both by this host's clock. It waits until every committed event is
-// delivered; the report's EventsPerS is the writers' achieved rate.
+// delivered; the report's EventsPerS is the writers' achieved rate. Before
+// the measured run each writer connection commits one event, delivered
+// first and not measured (LatencyStats.WarmupEvents).
 func (r *Runner) Latency(ctx context.Context, retention outbox.Retention, wake Wake) (Report, error) {
 	return r.latency(ctx, retention, wake, 0)
 }
@@ -73,6 +75,22 @@ func (r *Runner) latency(ctx context.Context, retention outbox.Retention, wake W
 			run.afterCommit = relay.Wake
 		}
 
+		// Warm-up: one transaction per writer connection, delivered before
+		// the measured run starts, so that neither the writers' nor the
+		// relay's first statements count. It matters most to an ordered
+		// relay: a writer preparing its statements holds the xmin horizon,
+		// and every event committed meanwhile waits for it.
+		warm, err := run.warm(ctx)
+		if err == nil {
+			if run.afterCommit != nil {
+				run.afterCommit()
+			}
+			err = r.waitDelivered(ctx, warm, rec)
+		}
+		if err != nil {
+			return errors.Join(fmt.Errorf("latency: %w", err), stopRelay(ctx, relay))
+		}
+
 		r.progress("latency (%s, wake %s, ordering %s): %d writers at %d events/s for %v", retention, wake, ordering, r.cfg.Writers, r.cfg.Rate, r.cfg.Duration)
 		rss := startRSS()
 		paceCtx, stopPacing := context.WithCancel(ctx)
@@ -103,6 +121,7 @@ func (r *Runner) latency(ctx context.Context, retention outbox.Retention, wake W
 		rep.EventsPerS = float64(len(commits)) / paced.Seconds()
 		lat := latencies(commits, rec)
 		rep.LatencyStats = &LatencyStats{
+			WarmupEvents:     int64(len(warm)),
 			TargetEventsPerS: float64(r.cfg.Rate),
 			RateReached:      rep.EventsPerS >= 0.99*float64(r.cfg.Rate),
 			Count:            int64(len(lat)),

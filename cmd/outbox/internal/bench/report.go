@@ -187,6 +187,9 @@ type SteadyStats struct {
 
 // LatencyStats is commit→sink-ack latency at a fixed rate.
 type LatencyStats struct {
+	// WarmupEvents were committed, one per writer connection, and
+	// delivered before the measured run: not counted.
+	WarmupEvents     int64   `json:"warmup_events"`
 	TargetEventsPerS float64 `json:"target_events_per_s"`
 	// RateReached is true when the writers achieved at least 99% of the
 	// target rate.

@@ -208,6 +208,7 @@ func TestLatency(t *testing.T) {
 				require.Positive(t, rep.Events)
 				require.LessOrEqual(t, rep.Events, int64(200), "the pacer issues at most rate × duration")
 				require.Equal(t, rep.Events, rep.Count, "every committed event measured")
+				require.EqualValues(t, b.runner.Config().Writers, rep.WarmupEvents, "one warm-up event per writer connection")
 				require.InDelta(t, float64(rep.Events)/rep.Seconds, rep.EventsPerS, 1e-6)
 				require.Equal(t, rep.EventsPerS >= 0.99*200, rep.RateReached)
 				require.Positive(t, rep.MaxMS)
@@ -390,8 +391,8 @@ func TestOrderedLatency(t *testing.T) {
 
 			sink.mu.Lock()
 			defer sink.mu.Unlock()
-			require.Len(t, sink.unordered, int(plain.Events), "the unordered run's events, published without key order")
-			require.Len(t, sink.ordered, int(ordered.Events), "the ordered run's events, published in key order")
+			require.Len(t, sink.unordered, int(plain.Events+plain.WarmupEvents), "the unordered run's events and its warm-up, published without key order")
+			require.Len(t, sink.ordered, int(ordered.Events+ordered.WarmupEvents), "the ordered run's events and its warm-up, published in key order")
 			keys := map[string]bool{}
 			for _, a := range sink.ordered {
 				keys[a] = true

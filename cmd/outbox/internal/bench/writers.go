@@ -65,6 +65,43 @@ func (w writerRun) run(ctx context.Context) ([]commit, time.Duration, error) {
 	return all, time.Since(start), firstErr
 }
 
+// warm commits one unpaced transaction on each of the writers' n
+// connections, holding them all at once so that every one is a different
+// connection, and returns those commits. A measured run that follows finds
+// its connections open and its statements prepared, as an application's
+// are once it runs.
+func (w writerRun) warm(ctx context.Context) ([]commit, error) {
+	conns := make([]writerConn, 0, w.n)
+	defer func() {
+		for _, c := range conns {
+			c.release()
+		}
+	}()
+	for range w.n {
+		c, err := w.pool.acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("writer: connect: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	commits := make([]commit, len(conns))
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			id, err := c.checkout(ctx, w.writer, "customer-"+strconv.Itoa(i), 1000, w.payload, w.keys)
+			commits[i], errs[i] = commit{id: id, at: time.Now()}, err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("writer: warm-up: %w", err)
+		}
+	}
+	return commits, nil
+}
+
 // one is writer i's loop on a connection of its own.
 func (w writerRun) one(ctx context.Context, i int) ([]commit, error) {
 	conn, err := w.pool.acquire(ctx)

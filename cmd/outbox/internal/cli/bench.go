@@ -371,8 +371,8 @@ func writeBenchText(w io.Writer, res bench.Result) error {
 		case bench.ScenarioLatency:
 			t.row("  writers\t%s of %s events/s (%s events in %.2fs)\n", thousands(r.EventsPerS), thousands(r.TargetEventsPerS),
 				thousands(float64(r.Events)), r.Seconds)
-			t.row("  commit→ack\tp50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms (%s events)\n",
-				r.P50MS, r.P95MS, r.P99MS, r.MaxMS, thousands(float64(r.Count)))
+			t.row("  commit→ack\tp50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms (%s events, after %d warm-up)\n",
+				r.P50MS, r.P95MS, r.P99MS, r.MaxMS, thousands(float64(r.Count)), r.WarmupEvents)
 		case bench.ScenarioSteady:
 			t.row("  writer tps\t%s without the relay, %s with it: %.2f×\n", thousands(r.WriterTPSWithoutRelay),
 				thousands(r.WriterTPSWithRelay), r.WriterTPSRatio)
