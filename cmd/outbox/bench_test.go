@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +119,51 @@ func TestBenchTable(t *testing.T) {
 	require.Empty(t, schemasWithPrefix(t, prefix))
 }
 
+// --timeline writes every measured event of each latency run as CSV.
+func TestBenchTimeline(t *testing.T) {
+	t.Parallel()
+	prefix := benchPrefix(t)
+	path := filepath.Join(t.TempDir(), "timeline.csv")
+	res := run(t, nil, "--database-url", testutil.DatabaseURL(), "bench", "--duration", "1s", "--writers", "2",
+		"--rate", "100", "--ordered-keys", "5", "--schema-prefix", prefix, "--timeline", path, "--json", "latency")
+	requireBenchOK(t, res)
+	var out struct {
+		Scenarios []map[string]any `json:"scenarios"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out))
+	require.Len(t, out.Scenarios, 2)
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, []string{"wake", "ordering", "keys", "event_id", "committed_at", "latency_ms"}, rows[0])
+	perRun := map[string][]float64{}
+	ids := map[string]bool{}
+	for _, row := range rows[1:] {
+		require.Equal(t, "poll", row[0])
+		key := row[1] + "/" + row[2]
+		require.Contains(t, []string{"none/0", "aggregate/5"}, key)
+		require.False(t, ids[key+"/"+row[3]], "event %s twice in one run", row[3])
+		ids[key+"/"+row[3]] = true
+		_, err := time.Parse(time.RFC3339Nano, row[4])
+		require.NoError(t, err)
+		lat, err := strconv.ParseFloat(row[5], 64)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, lat, 0.0)
+		perRun[key] = append(perRun[key], lat)
+	}
+	for i, key := range []string{"none/0", "aggregate/5"} {
+		rep := out.Scenarios[i]
+		lats := perRun[key]
+		require.Len(t, lats, int(rep["latency_count"].(float64)), "every measured event of %s", key)
+		slices.Sort(lats)
+		require.InDelta(t, rep["max_ms"].(float64), lats[len(lats)-1], 0.001, "the report's max is the timeline's")
+	}
+	require.Empty(t, schemasWithPrefix(t, prefix))
+}
+
 // Any relay sink URL works: stdout gets the events, then the report.
 func TestBenchOtherSink(t *testing.T) {
 	t.Parallel()
@@ -181,6 +229,10 @@ func TestBenchUsageErrors(t *testing.T) {
 			[]string{"invalid scenario reference-minimal: it runs on PostgreSQL only, not on SQLite"}},
 		{"receive on sqlite", []string{"--database-url", "sqlite:///nonexistent/app.db", "bench", "Receive"},
 			[]string{"invalid scenario receive: it runs on PostgreSQL only, not on SQLite"}},
+		{"timeline without latency", append(db, "--timeline", "/tmp/unused.csv", "drain"),
+			[]string{"--timeline records latency runs: name the latency scenario (or all)"}},
+		{"timeline in no directory", append(db, "--timeline", "/nonexistent/dir/t.csv", "latency"),
+			[]string{"invalid --timeline: open /nonexistent/dir/t.csv: no such file or directory: name a file in a directory you can write"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -251,6 +252,12 @@ type Config struct {
 	// (SQLite) or database's (MySQL/MariaDB) name. Defaults to
 	// SchemaPrefixDefault.
 	SchemaPrefix string
+	// Timeline, when set, receives every event a latency run measured, as
+	// CSV: a header, then per event the run's wake-up mode, ordering and
+	// keys, the event's ID, when its writer's Commit returned (RFC 3339,
+	// UTC) and its latency in milliseconds. Each run adds its lines when it
+	// ends.
+	Timeline io.Writer
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Progress, when set, is told what the bench is doing, one short line

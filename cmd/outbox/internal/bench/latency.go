@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/outboxkit/outbox"
@@ -120,6 +123,9 @@ func (r *Runner) latency(ctx context.Context, retention outbox.Retention, wake W
 		rep.Events, rep.Seconds = int64(len(commits)), paced.Seconds()
 		rep.EventsPerS = float64(len(commits)) / paced.Seconds()
 		lat := latencies(commits, rec)
+		if err := r.writeTimeline(rep, commits, rec); err != nil {
+			return fmt.Errorf("latency: --timeline: %w", err)
+		}
 		rep.LatencyStats = &LatencyStats{
 			WarmupEvents:     int64(len(warm)),
 			TargetEventsPerS: float64(r.cfg.Rate),
@@ -182,3 +188,35 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// timelineHeader names the columns of Config.Timeline.
+var timelineHeader = []string{"wake", "ordering", "keys", "event_id", "committed_at", "latency_ms"}
+
+// writeTimeline adds a latency run's measured events to Config.Timeline,
+// after the header if it is the first run to write.
+func (r *Runner) writeTimeline(rep Report, commits []commit, rec *recorder) error {
+	if r.cfg.Timeline == nil {
+		return nil
+	}
+	if r.timeline == nil {
+		r.timeline = csv.NewWriter(r.cfg.Timeline)
+		if err := r.timeline.Write(timelineHeader); err != nil {
+			return err
+		}
+	}
+	ordering := cmp.Or(rep.Ordering, string(outbox.OrderingNone))
+	keys := strconv.Itoa(rep.Keys)
+	for _, c := range commits {
+		at, ok := rec.ackedAt(c.id)
+		if !ok {
+			continue
+		}
+		lat := strconv.FormatFloat(ms(max(at.Sub(c.at), 0)), 'f', 3, 64)
+		if err := r.timeline.Write([]string{string(rep.Wake), ordering, keys, strconv.FormatInt(c.id, 10),
+			c.at.UTC().Format(time.RFC3339Nano), lat}); err != nil {
+			return err
+		}
+	}
+	r.timeline.Flush()
+	return r.timeline.Error()
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"encoding/csv"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -26,6 +27,8 @@ type Runner struct {
 	st      store
 	info    storeInfo
 	payload []byte
+	// timeline is Config.Timeline as CSV; nil without one.
+	timeline *csv.Writer
 }
 
 // New checks cfg and connects to the PostgreSQL database poolConfig names.

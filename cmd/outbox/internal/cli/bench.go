@@ -40,6 +40,7 @@ func (a *app) benchCommand() *cobra.Command {
 		so        benchSinkOptions
 		asJSON    bool
 		keep      bool
+		timeline  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [drain|sink|steady|latency|reference|reference-minimal|tenants|receive|all]...",
@@ -146,6 +147,17 @@ published into it; --keep leaves everything.`,
 				return usagef("invalid --wake: %v", err)
 			}
 			cfg.ReceiveBatch = so.webhookBatch
+			if timeline != "" {
+				if !slices.Contains(scenarios, bench.ScenarioLatency) {
+					return usagef("--timeline records latency runs: name the latency scenario (or all)")
+				}
+				f, err := os.Create(timeline)
+				if err != nil {
+					return usagef("invalid --timeline: %v: name a file in a directory you can write", err)
+				}
+				defer f.Close()
+				cfg.Timeline = f
+			}
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return benchConfigError(err)
 			}
@@ -257,6 +269,7 @@ published into it; --keep leaves everything.`,
 	f.IntVar(&so.webhookBatch, "webhook-batch", 1, "webhook --sink and receive: events per request, as a CloudEvents JSON batch above 1 (relay --webhook-batch)")
 	f.StringVar(&cfg.SchemaPrefix, "schema-prefix", bench.SchemaPrefixDefault, "start of each scratch schema's, file's or database's name")
 	f.BoolVar(&keep, "keep", false, "leave what the --sink created on its broker (a NATS stream of create_stream, Redis stream keys, a RabbitMQ exchange of declare_exchange, Kafka topics of auto_create_topics); by default the bench removes what did not exist before it")
+	f.StringVar(&timeline, "timeline", "", "latency: write every measured event (wake, ordering, keys, event ID, commit time, latency in ms) to this CSV file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }
