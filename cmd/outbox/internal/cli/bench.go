@@ -155,7 +155,11 @@ published into it; --keep leaves everything.`,
 				if err != nil {
 					return usagef("invalid --timeline: %v: name a file in a directory you can write", err)
 				}
-				defer f.Close()
+				defer func() {
+					if err := f.Close(); err != nil {
+						a.logger.Warn("closing the --timeline file failed", "error", err)
+					}
+				}()
 				cfg.Timeline = f
 			}
 			if err := cfg.WithDefaults().Validate(); err != nil {
