@@ -42,18 +42,26 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// more than $3 ms of lease left and no batch of its own in flight ($4),
 	// rotated by $5. blockers: the events of those partitions that hold
 	// their key back now (in flight under a row lease, retrying or written
-	// for later and not due, dead under block), from the small partial
-	// indexes of processing, failed and pending rows (the latter read
-	// from now on: only the events not due).
+	// for later and not due), from the small partial indexes of processing
+	// and pending rows (the latter read from now on: only the events not
+	// due).
 	// Then, partition by partition in that order, its pending due events
 	// below the horizon in key order, leaving out every event with a
-	// blocker of its key before it, up to $1 in all. The columns come
-	// straight from the partition scan's heap fetch (no join back by
-	// primary key: one index probe per event less).
+	// blocker of its key before it, and under block every event with a
+	// dead one of its key before it (a probe of outbox_events_dead_key_idx
+	// per event, so that the dead-letter queue is never read whole), up to
+	// $1 in all. The columns come straight from the partition scan's heap
+	// fetch (no join back by primary key: one index probe per event less).
 	read := func(skip bool) string {
-		dead := `b.status = 'failed' AND b.dead_letter_retries <> ` + strconv.Itoa(driver.DiscardedRetries)
+		dead := `
+      AND NOT EXISTS (SELECT FROM ` + t + ` d
+                      WHERE coalesce(d.aggregate_type, '') = coalesce(e.aggregate_type, '')
+                        AND d.aggregate_id = e.aggregate_id
+                        AND d.status = 'failed' AND d.aggregate_id IS NOT NULL
+                        AND (d.txid, d.id) < (e.txid, e.id)
+                        AND d.dead_letter_retries <> ` + strconv.Itoa(driver.DiscardedRetries) + `)`
 		if skip {
-			dead = `false`
+			dead = ``
 		}
 		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "p.lease_until")
 		return `WITH horizon AS MATERIALIZED (
@@ -67,7 +75,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
     SELECT b.aggregate_type, b.aggregate_id, b.txid, b.id
     FROM parts p JOIN ` + t + ` b ON ` + partitionExpr("b.") + ` = p.partition
     WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon)
-      AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()) OR (` + dead + `))
+      AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()))
 )
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
     SELECT ` + cols + `, e.txid::text::bigint, p.partition, p.fence, now()
@@ -77,7 +85,7 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
       AND NOT EXISTS (SELECT FROM blockers b
                       WHERE b.aggregate_id = e.aggregate_id
                         AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
-                        AND (b.txid, b.id) < (e.txid, e.id))
+                        AND (b.txid, b.id) < (e.txid, e.id))` + dead + `
     ORDER BY e.txid, e.id
     LIMIT $1
 ) c

@@ -13,10 +13,12 @@ import (
 )
 
 // The partition read and its mark stay on the indexes under a generic
-// plan, on a table with processed rows and a backlog: the partition index for a
-// partition's events, the primary key for the mark; no sequential scan of
-// the outbox table (what holds keys back comes from the small partial
-// indexes: processing, failed, pending in the future).
+// plan, on a table with processed rows, a backlog and a dead-letter queue:
+// the partition index for a partition's events, the primary key for the
+// mark; no sequential scan of the outbox table (what holds keys back comes
+// from the small partial indexes: processing, pending in the future), and
+// under block one probe of the dead events by key per event read, never
+// the dead-letter queue read whole.
 func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -25,6 +27,9 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload)
 		SELECT 'e', 'order', (g % 500)::text, '{}' FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, status, attempts)
+		SELECT 'e', 'order', 'dead-' || g, '{}', 'failed', 1 FROM generate_series(1, 5000) g`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `ANALYZE `+b.drv.Table())
 	require.NoError(t, err)
@@ -49,6 +54,8 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	}
 	plan := explain("read_plan", read, "int, text, bigint, int[], int", `1000, 'r', 30000, '{}', 0`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan)
+	require.Contains(t, plan, "outbox_events_dead_key_idx", plan, "a dead head is found by its key")
+	require.NotContains(t, plan, "outbox_events_failed_idx", plan, "the dead-letter queue is not read whole")
 	plan = explain("mark_plan", mark, "bigint[], text, int[], bigint[]", `'{1,2,3}', 'r', '{1,2}', '{1,1}'`)
 	require.Contains(t, plan, "outbox_events_pkey", plan)
 	require.NotContains(t, plan, "outbox_events_partition_idx", plan, "a mark reads its rows by ID, not the partition's backlog")
@@ -103,4 +110,39 @@ func TestPartitionReadAndFencedMark(t *testing.T) {
 	n, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "s", Parts: c2.Parts, Fences: c2.Fences}, claimIDs(c2), driver.RetainProcessed)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
+}
+
+// Under block a dead event holds back the later events of its key, not the
+// earlier ones (an event made pending again, such as a replay, before a dead
+// one) and not another key's; a discarded one holds back nothing. Under skip
+// nothing dead holds anything back.
+func TestPartitionReadDeadEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	// In one transaction, so in ID order: k1 pending, k2 dead, k3 pending;
+	// l1 pending; m1 discarded, m2 pending.
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, status, dead_letter_retries)
+		VALUES ('k1', 'order', 'k', '{}', 'pending', 0), ('k2', 'order', 'k', '{}', 'failed', 0),
+		       ('k3', 'order', 'k', '{}', 'pending', 0), ('l1', 'order', 'l', '{}', 'pending', 0),
+		       ('m1', 'order', 'm', '{}', 'failed', $1), ('m2', 'order', 'm', '{}', 'pending', 0)`, driver.DiscardedRetries)
+	require.NoError(t, err)
+	read := func(skip bool) []string {
+		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100, MinLease: time.Second, Skip: skip})
+		require.NoError(t, err)
+		types := make([]string, len(c.Events))
+		for i, e := range c.Events {
+			types[i] = e.EventType
+		}
+		return types
+	}
+	var got []string
+	// Other tests' open transactions hold the horizon back for a moment.
+	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+		got = read(true)
+		return len(got) > 0
+	})
+	require.Equal(t, []string{"k1", "k3", "l1", "m2"}, got, "skip: the dead event holds nothing back")
+	require.Equal(t, []string{"k1", "l1", "m2"}, read(false), "block: only what comes after k's dead event waits")
 }
