@@ -97,6 +97,17 @@ func (p *Proxy) accept() {
 		}
 		l := &link{}
 		p.mu.Lock()
+		if p.refuse || p.closed {
+			// Refuse or Close came while the server was dialled: their
+			// Cut did not see this connection, so it must not outlive
+			// them.
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			continue
+		}
+		// Likewise a Blackhole: the connection is as dead as the others.
+		l.dead = p.blackhole
 		p.conns[client], p.conns[server] = l, l
 		p.mu.Unlock()
 		p.wg.Add(2)
