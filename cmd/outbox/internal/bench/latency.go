@@ -169,12 +169,19 @@ func (r *Runner) waitDelivered(ctx context.Context, commits []commit, rec *recor
 func latencies(commits []commit, rec *recorder) []time.Duration {
 	out := make([]time.Duration, 0, len(commits))
 	for _, c := range commits {
-		if at, ok := rec.ackedAt(c.id); ok {
-			out = append(out, max(at.Sub(c.at), 0))
+		if lat, ok := latencyOf(c, rec); ok {
+			out = append(out, lat)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// latencyOf is c's commit→ack latency, 0 if the sink acknowledged the event
+// before Commit returned; false if it was not acknowledged.
+func latencyOf(c commit, rec *recorder) (time.Duration, bool) {
+	at, ok := rec.ackedAt(c.id)
+	return max(at.Sub(c.at), 0), ok
 }
 
 // percentile returns the nearest-rank p-th percentile of sorted (p in
@@ -207,13 +214,12 @@ func (r *Runner) writeTimeline(rep Report, commits []commit, rec *recorder) erro
 	ordering := cmp.Or(rep.Ordering, string(outbox.OrderingNone))
 	keys := strconv.Itoa(rep.Keys)
 	for _, c := range commits {
-		at, ok := rec.ackedAt(c.id)
+		lat, ok := latencyOf(c, rec)
 		if !ok {
 			continue
 		}
-		lat := strconv.FormatFloat(ms(max(at.Sub(c.at), 0)), 'f', 3, 64)
 		if err := r.timeline.Write([]string{string(rep.Wake), ordering, keys, strconv.FormatInt(c.id, 10),
-			c.at.UTC().Format(time.RFC3339Nano), lat}); err != nil {
+			c.at.UTC().Format(time.RFC3339Nano), strconv.FormatFloat(ms(lat), 'f', 3, 64)}); err != nil {
 			return err
 		}
 	}
