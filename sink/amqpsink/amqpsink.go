@@ -30,6 +30,7 @@ type Sink struct {
 	conn   *amqp.Connection // nil while disconnected
 	lost   error            // why conn is nil
 	up     chan struct{}    // closed once conn is set; replaced when it is lost
+	down   chan struct{}    // closed once conn is marked lost; replaced when it is set
 	idle   []*pubChannel    // settled confirm-mode channels, free for a window
 	closed bool
 
@@ -86,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqpsink: connect to %s: %w", s.endpoint, err)
 	}
-	s.conn = conn
+	s.conn, s.down = conn, make(chan struct{})
 	close(s.up)
 	s.wg.Add(1)
 	go s.supervise(conn, closes)

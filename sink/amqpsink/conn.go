@@ -175,6 +175,7 @@ func (s *Sink) markLost(conn *amqp.Connection, reason *amqp.Error) bool {
 		s.conn, s.idle = nil, nil
 		s.lost = fmt.Errorf("the connection was lost: %w", err)
 		s.up = make(chan struct{})
+		close(s.down)
 	}
 	s.log.Warn("connection lost; reconnecting", slog.String("error", err.Error()))
 	return true
@@ -206,7 +207,7 @@ func (s *Sink) reconnect(ctx context.Context) (*amqp.Connection, chan *amqp.Erro
 			_ = conn.CloseDeadline(closeDeadline())
 			return nil, nil
 		}
-		s.conn, s.lost = conn, nil
+		s.conn, s.lost, s.down = conn, nil, make(chan struct{})
 		close(s.up)
 		s.mu.Unlock()
 		s.log.Info("reconnected", slog.Int("attempts", attempt+1), slog.Duration("down_for", time.Since(down)))
@@ -220,16 +221,18 @@ func (s *Sink) connection(ctx context.Context) (*amqp.Connection, error) {
 	var timeout <-chan time.Time
 	for {
 		s.mu.Lock()
-		conn, up, lost, closed := s.conn, s.up, s.lost, s.closed
+		conn, up, down, lost, closed := s.conn, s.up, s.down, s.lost, s.closed
 		s.mu.Unlock()
 		switch {
 		case closed:
 			return nil, errSinkClosed
 		case conn != nil && conn.IsClosed():
 			// Lost a moment ago: the close notification that starts the
-			// reconnect is on its way. Waiting for up would spin (it is
-			// still the old connection's), and the connection is useless.
-			return nil, fmt.Errorf("the connection to %s was lost; reconnecting in the background", s.endpoint)
+			// reconnect is on its way. Wait for the supervisor to mark it
+			// lost (up is still the old connection's), then for the new
+			// one.
+			up = down
+			lost = fmt.Errorf("the connection was lost")
 		case conn != nil:
 			return conn, nil
 		}
