@@ -15,11 +15,13 @@ const NotifyChannel = "outbox_events"
 // listenCheckInterval is how long the LISTEN connection may stay silent
 // before Listen pings it: a connection that went half-open (a proxy, a
 // firewall or a NAT dropped it without a reset, or the server's host
-// vanished) would otherwise wait for notifications forever. listenPingTimeout
-// bounds the ping.
+// vanished) would otherwise wait for notifications forever.
+// listenReplyTimeout bounds the ping and the LISTEN statement itself, which
+// meets the same silence when the connection goes half-open before its
+// reply arrives.
 const (
 	listenCheckInterval = 15 * time.Second
-	listenPingTimeout   = 5 * time.Second
+	listenReplyTimeout  = 5 * time.Second
 )
 
 // Listen holds one pool connection in LISTEN and calls wake for every
@@ -66,8 +68,11 @@ func (d *Driver) listenOnce(ctx context.Context, wake func(string), connected fu
 	}
 	// The session is in LISTEN state: never hand it back to the pool.
 	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
-		return err
+	listenCtx, cancel := context.WithTimeout(ctx, listenReplyTimeout)
+	_, err = conn.Exec(listenCtx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("LISTEN failed: %w", err)
 	}
 	// Events committed before LISTEN took effect sent no notification we
 	// can receive: claim once now.
@@ -82,7 +87,7 @@ func (d *Driver) listenOnce(ctx context.Context, wake func(string), connected fu
 		case ctx.Err() == nil && waitCtx.Err() != nil:
 			// Silent for a while: make sure the server still answers. A
 			// timed-out wait leaves the connection usable.
-			pingCtx, cancel := context.WithTimeout(ctx, listenPingTimeout)
+			pingCtx, cancel := context.WithTimeout(ctx, listenReplyTimeout)
 			err := conn.Ping(pingCtx)
 			cancel()
 			if err != nil {
