@@ -525,7 +525,8 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration, probe bool) {
 	events := eventsFromRows(claim.Events)
 	r.stampSource(events)
-	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil, Parts: claim.Parts, Fences: claim.Fences}
+	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil, Parts: claim.Parts, Fences: claim.Fences,
+		InFlight: claim.InFlight}
 	defer r.partitionsDone(claim)
 	r.book.claimed(fence, len(events), r.cfg.Lease)
 	defer r.book.finish(fence)

@@ -33,6 +33,10 @@ type partitions struct {
 	offset int
 	held   int
 	relays int
+	// inFlight: the schema records what is in flight on each partition
+	// (driver.InFlightVersion), so a takeover counts an attempt of what
+	// its owner had in flight when its lease ran out.
+	inFlight bool
 }
 
 // balanceInterval is how often an ordered relay renews, sheds and takes
@@ -48,12 +52,24 @@ func (r *Relay) startPartitions(ctx context.Context, version int) error {
 	if !r.ordered() || !ok || version < driver.PartitionedVersion || r.cfg.CaptureSlot != "" {
 		return nil
 	}
-	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}}
+	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, inFlight: version >= driver.InFlightVersion}
 	return r.balance(ctx)
 }
 
-// balance runs one balance round.
+// balance runs one balance round, then settles what its takeovers rescued
+// (hooks run outside the round, so a slow hook holds no read back).
 func (r *Relay) balance(ctx context.Context) error {
+	rescued, err := r.balanceRound(ctx)
+	if err != nil {
+		return err
+	}
+	// What the partitions' earlier owners had in flight when their lease
+	// ran out, rescued as an expired row lease is: suspects from now on.
+	r.settleRescue(ctx, rescued)
+	return nil
+}
+
+func (r *Relay) balanceRound(ctx context.Context) (driver.RescueResult, error) {
 	p := r.parts
 	p.round.Lock()
 	defer p.round.Unlock()
@@ -69,20 +85,20 @@ func (r *Relay) balance(ctx context.Context) error {
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
-	held, relays, err := p.pc.BalancePartitions(ctx, driver.BalanceParams{RelayID: r.cfg.RelayID, Lease: r.cfg.Lease,
-		Busy: busy, Stuck: stuck})
+	res, err := p.pc.BalancePartitions(ctx, driver.BalanceParams{RelayID: r.cfg.RelayID, Lease: r.cfg.Lease,
+		Busy: busy, Stuck: stuck, RescueInFlight: p.inFlight, MaxAttempts: r.cfg.MaxAttempts})
 	if err != nil {
-		return err
+		return driver.RescueResult{}, err
 	}
 	p.mu.Lock()
-	changed := held != p.held || relays != p.relays
-	p.held, p.relays = held, relays
+	changed := res.Held != p.held || res.Relays != p.relays
+	p.held, p.relays = res.Held, res.Relays
 	p.mu.Unlock()
 	if changed {
-		r.log.Info("partitions held", slog.Int("partitions", held), slog.Int("relays", relays),
+		r.log.Info("partitions held", slog.Int("partitions", res.Held), slog.Int("relays", res.Relays),
 			slog.Int("stuck", len(stuck)))
 	}
-	return nil
+	return res.Rescue, nil
 }
 
 // balanceLoop runs a balance round every balanceInterval until the relay
@@ -126,20 +142,10 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 	p.mu.Unlock()
 	start := time.Now()
 	claim, err := p.pc.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
-		MinLease: r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip})
+		MinLease: r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip,
+		MaxBytes: int64(r.cfg.MaxBatchBytes), RecordInFlight: p.inFlight})
 	if err != nil || len(claim.Events) == 0 {
 		return driver.Claim{}, err
-	}
-	if r.cfg.MaxBatchBytes > 0 {
-		// The batch is in key order: a cut is a prefix of every key's run.
-		var total int
-		for i := range claim.Events {
-			total += len(claim.Events[i].Payload) + len(claim.Events[i].Headers)
-			if i > 0 && total > r.cfg.MaxBatchBytes {
-				claim.Events = claim.Events[:i]
-				break
-			}
-		}
 	}
 	deadline := start.Add(claim.Lease - leaseMargin(r.cfg.Lease))
 	p.mu.Lock()

@@ -24,9 +24,16 @@ func (r *Relay) rescue(ctx context.Context, limit int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return r.settleRescue(ctx, res), nil
+}
+
+// settleRescue logs what a rescue did, wakes the workers for the rescued
+// events, runs the dead-letter and rescue hooks, and returns how many
+// events it settled.
+func (r *Relay) settleRescue(ctx context.Context, res driver.RescueResult) int {
 	n := len(res.Rescued) + len(res.Dead)
 	if n == 0 {
-		return 0, nil
+		return 0
 	}
 	if len(res.Rescued) > 0 {
 		r.log.Warn("rescued events whose lease expired; each is claimed alone from now on",
@@ -42,5 +49,5 @@ func (r *Relay) rescue(ctx context.Context, limit int) (int, error) {
 	for _, h := range r.rescueHooks {
 		r.safeHook(func() { h.OnRescue(ctx, info) })
 	}
-	return n, nil
+	return n
 }

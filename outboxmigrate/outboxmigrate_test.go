@@ -26,7 +26,7 @@ func TestMigrate(t *testing.T) {
 	db := outbox.Postgres(testutil.Pool(t))
 	cfg := outboxmigrate.Config{Schema: testutil.EmptySchemaName(t)}
 	latest := outboxmigrate.Latest(db)
-	require.Equal(t, outboxmigrate.Migration{Version: 9, Name: "dead_key_order"}, latest)
+	require.Equal(t, outboxmigrate.Migration{Version: 10, Name: "partition_in_flight"}, latest)
 
 	v, err := outboxmigrate.Version(ctx, db, cfg)
 	require.NoError(t, err)

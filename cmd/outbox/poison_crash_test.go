@@ -67,9 +67,21 @@ func (s *poisonServer) ackedIDs() map[int64]int {
 // expire; the rescue counts the expiry as an attempt, and the event, now a
 // suspect, is claimed alone. After --max-attempts expiries it is
 // dead-lettered. Its batch-mates from the first crash pay one expiry each,
-// are delivered, and none is dead-lettered.
+// are delivered, and none is dead-lettered. The same holds for an ordered
+// relay, which owns partitions of keys instead of leasing rows: the lease
+// that expires is the partition's, and the relay that takes the partition
+// over counts what was recorded in flight on it.
 func TestRelayCrashingEventIsDeadLettered(t *testing.T) {
 	t.Parallel()
+	for _, ordering := range []string{"none", "aggregate"} {
+		t.Run("ordering="+ordering, func(t *testing.T) {
+			t.Parallel()
+			testRelayCrashingEventIsDeadLettered(t, ordering)
+		})
+	}
+}
+
+func testRelayCrashingEventIsDeadLettered(t *testing.T, ordering string) {
 	b := setup(t)
 	const n, maxAttempts = 20, 3
 	ids := b.writeN(t, n)
@@ -78,7 +90,8 @@ func TestRelayCrashingEventIsDeadLettered(t *testing.T) {
 	relay := func(i int) *process {
 		return start(t, nil, "--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay",
 			"--sink", srv.URL, "--relay-id", fmt.Sprint("relay-", i), "--batch-size", "10", "--poll-interval", "50ms",
-			"--lease", "2s", "--sink-timeout", "1s", "--max-attempts", strconv.Itoa(maxAttempts), "--log-level", "warn")
+			"--lease", "2s", "--sink-timeout", "1s", "--max-attempts", strconv.Itoa(maxAttempts), "--log-level", "warn",
+			"--ordering", ordering)
 	}
 
 	p := relay(0)

@@ -147,6 +147,9 @@ type Claim struct {
 	// came from and the fence each was read under; nil for a row lease.
 	Parts  []int32
 	Fences []int64
+	// InFlight: the read recorded the batch on its partitions as in flight
+	// (PartitionClaimParams.RecordInFlight).
+	InFlight bool
 }
 
 // Fence identifies the lease a mark must still hold to take effect: the
@@ -157,6 +160,9 @@ type Fence struct {
 	LockedUntil time.Time
 	Parts       []int32
 	Fences      []int64
+	// InFlight is Claim.InFlight: a release of the batch clears the
+	// record, since the events it hands back were not published.
+	InFlight bool
 }
 
 // Failure is one event's failed publish.

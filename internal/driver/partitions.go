@@ -10,6 +10,12 @@ import (
 // the partition indexes; docs/ordering.md).
 const PartitionedVersion = 8
 
+// InFlightVersion is the migration that records, on each partition, the
+// events an ordered relay has in flight from it (PostgreSQL:
+// outbox_partitions.in_flight), so that a takeover after a lease expiry
+// counts it as an attempt of those events, as a row-lease rescue does.
+const InFlightVersion = 10
+
 // Partitions is the number of partitions the keys hash to, fixed by the
 // migration.
 const Partitions = 256
@@ -27,6 +33,11 @@ type PartitionClaimParams struct {
 	Offset int
 	// Skip is OrderedClaimParams.Skip.
 	Skip bool
+	// MaxBytes is OrderedClaimParams.MaxBytes.
+	MaxBytes int64
+	// RecordInFlight records the batch's events on their partitions before
+	// the read returns (schema at InFlightVersion or later).
+	RecordInFlight bool
 }
 
 // BalanceParams is one balance round of a relay's partitions.
@@ -39,6 +50,22 @@ type BalanceParams struct {
 	// deadline: not renewed, so that another relay takes them once their
 	// lease ends.
 	Stuck []int32
+	// RescueInFlight: when the round takes over partitions whose owner's
+	// lease ran out, the events recorded in flight on them that are still
+	// pending are rescued as RescueExpired rescues an expired row lease
+	// (schema at InFlightVersion or later).
+	RescueInFlight bool
+	// MaxAttempts is RescueParams.MaxAttempts.
+	MaxAttempts int
+}
+
+// BalanceResult reports a balance round.
+type BalanceResult struct {
+	// Held is how many partitions the relay holds after the round, Relays
+	// how many relays share them.
+	Held, Relays int
+	// Rescue is what the takeovers rescued (BalanceParams.RescueInFlight).
+	Rescue RescueResult
 }
 
 // PartitionClaimer is implemented by drivers that deliver in order by owned
@@ -49,12 +76,15 @@ type PartitionClaimer interface {
 	// ReadPartitions returns up to BatchSize due pending events of the
 	// partitions the relay owns, such that for every key it returns events
 	// of, every earlier event of the key is finished or in the batch
-	// before them. The events come back in (txid, id) order.
+	// before them. The events come back in (txid, id) order, cut before
+	// the first suspect (an event with a lease expiry on record), or that
+	// suspect alone when it comes first, and within MaxBytes.
 	ReadPartitions(ctx context.Context, p PartitionClaimParams) (Claim, error)
 	// BalancePartitions renews, releases and acquires the relay's
-	// partitions, and returns how many it holds and how many relays share
-	// them.
-	BalancePartitions(ctx context.Context, p BalanceParams) (held, relays int, err error)
+	// partitions, rescues what was in flight on the partitions it took
+	// from a relay whose lease ran out, and returns how many it holds and
+	// how many relays share them.
+	BalancePartitions(ctx context.Context, p BalanceParams) (BalanceResult, error)
 	// ReleasePartitions gives up every partition of the relay and removes
 	// it from the share-out.
 	ReleasePartitions(ctx context.Context, relayID string) error

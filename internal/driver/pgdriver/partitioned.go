@@ -30,6 +30,11 @@ type partitionQueries struct {
 	balance, release                      string
 	markProcessed, markDeleted, markArchv string
 	markFailed                            string
+	// From migration 10 (driver.InFlightVersion): the in-flight record of
+	// a read, its clearing by a release of the batch, and the balance
+	// round that hands it to the rescue of a takeover.
+	recordInFlight, clearInFlight   string
+	balanceInFlight, rescueInFlight string
 }
 
 func buildPartitionQueries(schema, t string) partitionQueries {
@@ -78,7 +83,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
       AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()))
 )
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
-    SELECT ` + cols + `, e.txid::text::bigint, p.partition, p.fence, now()
+    SELECT ` + cols + `, e.txid::text::bigint, p.partition, p.fence, now(), e.lease_expiries
     FROM ` + t + ` e
     WHERE ` + pe + ` = p.partition AND e.status = 'pending'
       AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
@@ -137,22 +142,89 @@ FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, erro
 WHERE e.id = f.id AND e.status = 'pending' AND ` + inOK + `
 RETURNING e.id, e.status`
 
-	// A balance round, one statement: upsert the relay ($1) into the
-	// share-out with an expiry of a lease ($2 ms) and forget relays gone
-	// for an hour; target = ceil(partitions / live relays). mine: the
-	// relay's partitions with lease left, locked in partition order (as the
-	// marks lock them), the busy ones ($3) first: those above the target
-	// and not busy are released, the others renewed unless stuck ($4);
-	// below the target it takes free partitions, and whatever the target
-	// it takes the partitions whose owner's lease ran out (a relay that
-	// died: no stall until the share-out settles; one above the target
-	// releases the extra ones at its next round), each with the fence
-	// raised, skipping any a mark or another relay holds and its own busy
-	// ones (stuck in a publish: another relay takes them). It returns the
-	// partitions held after the round and the live relays.
+	q.balance = balanceSQL(parts, relays, false)
+	q.balanceInFlight = balanceSQL(parts, relays, true)
+
+	q.release = `WITH gone AS (
+    DELETE FROM ` + relays + ` WHERE relay_id = $1
+)
+UPDATE ` + parts + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`
+
+	// The record of a batch ($R relay; each event's partition $P and ID
+	// $I; the batch's partitions $BP and fences $BF): per partition, the
+	// IDs read from it, and the database clock when. Written only where
+	// the fence still holds.
+	q.recordInFlight = `UPDATE ` + parts + ` AS p SET in_flight = f.ids, in_flight_at = now()
+FROM (SELECT partition, array_agg(id ORDER BY id) AS ids
+      FROM unnest($2::int[], $3::bigint[]) AS x(partition, id) GROUP BY partition) f,
+     unnest($4::int[], $5::bigint[]) AS o(partition, fence)
+WHERE p.partition = f.partition AND o.partition = f.partition AND p.owner = $1 AND p.fence = o.fence`
+	q.clearInFlight = `UPDATE ` + parts + ` AS p SET in_flight = NULL, in_flight_at = NULL
+FROM unnest($2::int[], $3::bigint[]) AS o(partition, fence)
+WHERE p.partition = o.partition AND p.owner = $1 AND p.fence = o.fence AND p.in_flight IS NOT NULL`
+	// What a takeover rescues ($1 IDs, $2 their previous owner, $3 when
+	// they were recorded; $4 MaxAttempts): the events still pending and
+	// unchanged since (a failed publish, a retry or a replay changed them),
+	// locked for the rescue's update, with the columns driver.Expired reads.
+	q.rescueInFlight = `SELECT e.id, e.attempts, e.lease_expiries, coalesce(e.max_attempts, $4), coalesce(e.last_error, ''), f.previous
+FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS f(id, previous, recorded_at)
+JOIN ` + t + ` e ON e.id = f.id
+WHERE e.status = 'pending' AND e.updated_at <= f.recorded_at
+ORDER BY e.id
+FOR UPDATE OF e`
+	return q
+}
+
+// balanceSQL is a balance round, one statement: upsert the relay ($1) into
+// the share-out with an expiry of a lease ($2 ms) and forget relays gone
+// for an hour; target = ceil(partitions / live relays). mine: the relay's
+// partitions with lease left, locked in partition order (as the marks lock
+// them), the busy ones ($3) first: those above the target and not busy are
+// released, the others renewed unless stuck ($4); below the target it
+// takes free partitions, and whatever the target it takes the partitions
+// whose owner's lease ran out (a relay that died: no stall until the
+// share-out settles; one above the target releases the extra ones at its
+// next round), each with the fence raised, skipping any a mark or another
+// relay holds and its own busy ones (stuck in a publish: another relay
+// takes them). It returns the partitions held after the round and the live
+// relays. With inFlight (migration 10) an acquisition clears the in-flight
+// record, and the round also returns, for the rescue, the events recorded
+// in flight on the partitions whose owner's lease ran out, with that owner
+// and when they were recorded.
+func balanceSQL(parts, relays string, inFlight bool) string {
 	n := strconv.Itoa(driver.Partitions)
 	lease := `now() + $2::bigint * interval '1 millisecond'`
-	q.balance = `WITH me AS (
+	acquire := `owner = $1, fence = p.fence + 1, lease_until = ` + lease
+	orphans := `orphans AS (
+    UPDATE ` + parts + ` AS p SET ` + acquire + `
+    WHERE p.partition = ANY(ARRAY(
+        SELECT f.partition FROM ` + parts + ` f
+        WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
+        ORDER BY f.partition
+        FOR UPDATE SKIP LOCKED))
+    RETURNING p.partition
+)`
+	rescued := ``
+	if inFlight {
+		acquire += `, in_flight = NULL, in_flight_at = NULL`
+		orphans = `orphans AS (
+    UPDATE ` + parts + ` AS p SET ` + acquire + `
+    FROM (SELECT f.partition, f.owner, f.in_flight, f.in_flight_at FROM ` + parts + ` f
+          WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
+          ORDER BY f.partition
+          FOR UPDATE SKIP LOCKED) o
+    WHERE p.partition = o.partition
+    RETURNING p.partition, o.owner AS previous, o.in_flight, o.in_flight_at
+), carried AS MATERIALIZED (
+    SELECT i.id, o.previous, o.in_flight_at FROM orphans o CROSS JOIN unnest(o.in_flight) AS i(id)
+    WHERE o.in_flight_at IS NOT NULL
+)`
+		rescued = `,
+       coalesce((SELECT array_agg(id ORDER BY id) FROM carried), '{}'),
+       coalesce((SELECT array_agg(previous ORDER BY id) FROM carried), '{}'),
+       coalesce((SELECT array_agg(in_flight_at ORDER BY id) FROM carried), '{}')`
+	}
+	return `WITH me AS (
     INSERT INTO ` + relays + ` (relay_id, expires_at) VALUES ($1, ` + lease + `)
     ON CONFLICT (relay_id) DO UPDATE SET expires_at = excluded.expires_at
     RETURNING relay_id
@@ -183,7 +255,7 @@ RETURNING e.id, e.status`
       AND p.partition <> ALL($4::int[])
     RETURNING p.partition
 ), acquired AS (
-    UPDATE ` + parts + ` AS p SET owner = $1, fence = p.fence + 1, lease_until = ` + lease + `
+    UPDATE ` + parts + ` AS p SET ` + acquire + `
     WHERE p.partition = ANY(ARRAY(
         SELECT f.partition FROM ` + parts + ` f
         WHERE f.owner IS NULL AND f.partition <> ALL($3::int[])
@@ -191,24 +263,10 @@ RETURNING e.id, e.status`
         LIMIT greatest((SELECT t FROM target) - (SELECT count(*) FROM mine), 0)
         FOR UPDATE SKIP LOCKED))
     RETURNING p.partition
-), orphans AS (
-    UPDATE ` + parts + ` AS p SET owner = $1, fence = p.fence + 1, lease_until = ` + lease + `
-    WHERE p.partition = ANY(ARRAY(
-        SELECT f.partition FROM ` + parts + ` f
-        WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
-        ORDER BY f.partition
-        FOR UPDATE SKIP LOCKED))
-    RETURNING p.partition
-)
+), ` + orphans + `
 SELECT (SELECT count(*) FROM mine) - (SELECT count(*) FROM released) + (SELECT count(*) FROM acquired)
        + (SELECT count(*) FROM orphans) + 0 * (SELECT count(*) FROM renewed) + 0 * (SELECT count(*) FROM me),
-       (SELECT n FROM live)`
-
-	q.release = `WITH gone AS (
-    DELETE FROM ` + relays + ` WHERE relay_id = $1
-)
-UPDATE ` + parts + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`
-	return q
+       (SELECT n FROM live)` + rescued
 }
 
 // ReadPartitions reads a batch from the partitions the relay owns.
@@ -228,32 +286,27 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	defer rows.Close()
 	type keyed struct {
 		txid int64
+		part int32
 		ev   driver.Event
 	}
 	var (
-		out     []keyed
-		txid    int64
-		part    int32
-		fence   int64
-		dbNow   time.Time
-		claim   driver.Claim
-		fenceOf = map[int32]int64{}
+		out      []keyed
+		txid     int64
+		part     int32
+		fence    int64
+		dbNow    time.Time
+		expiries int
+		fenceOf  = map[int32]int64{}
 	)
-	sc := newClaimScanner(&txid, &part, &fence, &dbNow)
+	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &expiries)
 	for rows.Next() {
 		ev, err := sc.scan(rows, p.RelayID)
 		if err != nil {
 			return driver.Claim{}, wrap(err)
 		}
-		out = append(out, keyed{txid: txid, ev: ev})
-		if _, ok := fenceOf[part]; !ok {
-			fenceOf[part] = fence
-			claim.Parts = append(claim.Parts, part)
-			claim.Fences = append(claim.Fences, fence)
-		}
-		if claim.LockedUntil.IsZero() || ev.LockedUntil.Before(claim.LockedUntil) {
-			claim.LockedUntil = ev.LockedUntil
-		}
+		ev.LeaseExpiries = expiries
+		out = append(out, keyed{txid: txid, part: part, ev: ev})
+		fenceOf[part] = fence
 	}
 	if err := rows.Err(); err != nil {
 		return driver.Claim{}, wrap(err)
@@ -262,21 +315,56 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		return driver.Claim{}, nil
 	}
 	// Key order is (txid, id): sorting the whole batch by it keeps every
-	// key's events in order.
+	// key's events in order, and so does any prefix of it.
 	slices.SortFunc(out, func(a, b keyed) int {
 		return cmp.Or(cmp.Compare(a.txid, b.txid), cmp.Compare(a.ev.ID, b.ev.ID))
 	})
+	// A suspect goes alone; what comes before it goes first.
+	for i := range out {
+		if out[i].ev.LeaseExpiries > 0 {
+			out = out[:max(i, 1)]
+			break
+		}
+	}
+	sizes := make([]int64, len(out))
+	for i := range out {
+		sizes[i] = int64(len(out[i].ev.Payload) + len(out[i].ev.Headers))
+	}
+	out = out[:driver.FitBudget(sizes, p.MaxBytes)]
+
+	var claim driver.Claim
 	claim.Events = make([]driver.Event, len(out))
+	parts, ids := make([]int32, len(out)), make([]int64, len(out))
 	for i := range out {
 		claim.Events[i] = out[i].ev
+		parts[i], ids[i] = out[i].part, out[i].ev.ID
+		if !slices.Contains(claim.Parts, out[i].part) {
+			claim.Parts = append(claim.Parts, out[i].part)
+			claim.Fences = append(claim.Fences, fenceOf[out[i].part])
+		}
+		if claim.LockedUntil.IsZero() || out[i].ev.LockedUntil.Before(claim.LockedUntil) {
+			claim.LockedUntil = out[i].ev.LockedUntil
+		}
+	}
+	for i := range claim.Events {
 		claim.Events[i].LockedUntil = claim.LockedUntil
 	}
 	claim.Lease = claim.LockedUntil.Sub(dbNow)
+	if p.RecordInFlight {
+		// Before the events are published: a relay that takes a partition
+		// over after this one's lease ran out rescues them.
+		if _, err := d.pool.Exec(ctx, d.parts.recordInFlight, p.RelayID, parts, ids, claim.Parts, claim.Fences); err != nil {
+			return driver.Claim{}, wrap(err)
+		}
+		claim.InFlight = true
+	}
 	return claim, nil
 }
 
-// BalancePartitions runs one balance round of the relay's partitions.
-func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) (held, relays int, err error) {
+// BalancePartitions runs one balance round of the relay's partitions; with
+// RescueInFlight, in one transaction with the rescue of what was in flight
+// on the partitions it took over.
+func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) (driver.BalanceResult, error) {
 	busy, stuck := p.Busy, p.Stuck
 	if busy == nil {
 		busy = []int32{}
@@ -284,11 +372,37 @@ func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) 
 	if stuck == nil {
 		stuck = []int32{}
 	}
-	err = d.pool.QueryRow(ctx, d.parts.balance, p.RelayID, p.Lease.Milliseconds(), busy, stuck).Scan(&held, &relays)
-	return held, relays, wrap(err)
+	var res driver.BalanceResult
+	if !p.RescueInFlight {
+		err := d.pool.QueryRow(ctx, d.parts.balance, p.RelayID, p.Lease.Milliseconds(), busy, stuck).Scan(&res.Held, &res.Relays)
+		return res, wrap(err)
+	}
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		res = driver.BalanceResult{}
+		var (
+			ids      []int64
+			previous []string
+			recorded []time.Time
+		)
+		if err := tx.QueryRow(ctx, d.parts.balanceInFlight, p.RelayID, p.Lease.Milliseconds(), busy, stuck).
+			Scan(&res.Held, &res.Relays, &ids, &previous, &recorded); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		var err error
+		res.Rescue, err = d.rescueRows(ctx, tx, d.parts.rescueInFlight, ids, previous, recorded, p.MaxAttempts)
+		return err
+	})
+	if err != nil {
+		return driver.BalanceResult{}, wrap(err)
+	}
+	return res, nil
 }
 
-// ReleasePartitions gives up the relay's partitions.
+// ReleasePartitions gives up the relay's partitions. Their in-flight
+// records stay until the next owner acquires them, which clears them.
 func (d *Driver) ReleasePartitions(ctx context.Context, relayID string) error {
 	_, err := d.pool.Exec(ctx, d.parts.release, relayID)
 	return wrap(err)

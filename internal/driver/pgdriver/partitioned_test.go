@@ -33,9 +33,9 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `ANALYZE `+b.drv.Table())
 	require.NoError(t, err)
-	held, relays, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	res, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
 	require.NoError(t, err)
-	require.Equal(t, [2]int{driver.Partitions, 1}, [2]int{held, relays})
+	require.Equal(t, [2]int{driver.Partitions, 1}, [2]int{res.Held, res.Relays})
 
 	conn, err := b.pool.Acquire(b.ctx)
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 func TestPartitionReadAndFencedMark(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, _, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
 	require.NoError(t, err)
 	b.insertKeyed(t, "a", "b", "a", "b")
 	read := func() driver.Claim {
@@ -93,7 +93,7 @@ func TestPartitionReadAndFencedMark(t *testing.T) {
 	// old fence's marks change nothing.
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.drv.Schema(), "outbox_partitions"}.Sanitize()+` SET lease_until = now() - interval '1 second'`)
 	require.NoError(t, err)
-	_, _, err = b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "s", Lease: time.Minute})
+	_, err = b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "s", Lease: time.Minute})
 	require.NoError(t, err)
 	n, err := b.drv.MarkProcessed(b.ctx, f, claimIDs(c)[1:], driver.RetainProcessed)
 	require.NoError(t, err)
@@ -119,7 +119,7 @@ func TestPartitionReadAndFencedMark(t *testing.T) {
 func TestPartitionReadDeadEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, _, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
 	require.NoError(t, err)
 	// In one transaction, so in ID order: k1 pending, k2 dead, k3 pending;
 	// l1 pending; m1 discarded, m2 pending.
@@ -145,4 +145,111 @@ func TestPartitionReadDeadEvents(t *testing.T) {
 	})
 	require.Equal(t, []string{"k1", "k3", "l1", "m2"}, got, "skip: the dead event holds nothing back")
 	require.Equal(t, []string{"k1", "l1", "m2"}, read(false), "block: only what comes after k's dead event waits")
+}
+
+// A read records its batch on its partitions before the events go out;
+// a relay that takes the partitions over after the owner's lease ran out
+// (the owner died or hung) counts an attempt of each recorded event still
+// pending and unchanged, as the rescue of an expired row lease does,
+// dead-letters one out of attempts, and reads a suspect alone. An event
+// whose publish failed meanwhile is not counted twice; a released batch
+// is not counted at all.
+func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parts := pgx.Identifier{b.drv.Schema(), "outbox_partitions"}.Sanitize()
+	balance := func(relay string) driver.BalanceResult {
+		t.Helper()
+		res, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: relay, Lease: time.Minute,
+			RescueInFlight: true, MaxAttempts: 5})
+		require.NoError(t, err)
+		return res
+	}
+	read := func(relay string) driver.Claim {
+		t.Helper()
+		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: relay, BatchSize: 100,
+			MinLease: time.Second, RecordInFlight: true})
+		require.NoError(t, err)
+		return c
+	}
+	// The relays die: their partitions' leases and their share-out rows
+	// run out.
+	expire := func() {
+		t.Helper()
+		_, err := b.pool.Exec(b.ctx, `UPDATE `+parts+` SET lease_until = now() - interval '1 second'`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.drv.Schema(), "outbox_partition_relays"}.Sanitize()+` SET expires_at = now() - interval '1 second'`)
+		require.NoError(t, err)
+	}
+	recorded := func() []int64 {
+		t.Helper()
+		rows, err := b.pool.Query(b.ctx, `SELECT i FROM `+parts+`, unnest(in_flight) i ORDER BY i`)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		return ids
+	}
+
+	require.Zero(t, balance("r").Rescue.Rescued)
+	b.insertKeyed(t, "a", "b", "c")
+	var c driver.Claim
+	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+		c = read("r")
+		return len(c.Events) == 3
+	})
+	require.True(t, c.InFlight)
+	require.Equal(t, claimIDs(c), recorded())
+	a, bb, cc := c.Events[0], c.Events[1], c.Events[2]
+	require.Equal(t, []string{"a", "b", "c"}, keysOf(c))
+	f := driver.Fence{RelayID: "r", Parts: c.Parts, Fences: c.Fences, InFlight: true}
+	// c's publish failed (its attempt counted there); b has one attempt.
+	_, err := b.drv.MarkFailed(b.ctx, f, 10, []driver.Failure{{ID: cc.ID, Error: "sink down", Delay: time.Hour}})
+	require.NoError(t, err)
+	b.exec(t, `UPDATE `+b.drv.Table()+` SET max_attempts = 1 WHERE id = $1`, bb.ID)
+
+	// r dies with the batch in flight; s takes its partitions over.
+	expire()
+	res := balance("s")
+	require.Equal(t, []int64{a.ID}, res.Rescue.Rescued)
+	require.Len(t, res.Rescue.Dead, 1)
+	require.Equal(t, bb.ID, res.Rescue.Dead[0].ID)
+	require.Equal(t, driver.StatusFailed, res.Rescue.Dead[0].Status)
+	require.Contains(t, res.Rescue.Dead[0].LastError, "lease expired while held by relay r (dead-lettered after 1 attempts, 1 of them ending in a lease expiry")
+	require.Empty(t, recorded(), "a takeover clears what it took over")
+	got := func(id int64) driver.Event {
+		e, err := b.drv.GetEvent(b.ctx, id)
+		require.NoError(t, err)
+		return e
+	}
+	require.Equal(t, [3]any{driver.StatusPending, 1, 1}, [3]any{got(a.ID).Status, got(a.ID).Attempts, got(a.ID).LeaseExpiries})
+	require.Equal(t, "lease expired while held by relay r", got(a.ID).LastError)
+	require.Equal(t, [2]int{1, 0}, [2]int{got(cc.ID).Attempts, got(cc.ID).LeaseExpiries}, "a failed publish is not counted again")
+	require.Zero(t, balance("s").Rescue.Rescued, "counted once")
+
+	// a is a suspect: it goes alone, ahead of what came after it.
+	b.insertKeyed(t, "d", "e")
+	testutil.WaitFor(t, 10*time.Second, "the new events are below the horizon", func() bool {
+		return len(read("s").Events) == 1
+	})
+	c = read("s")
+	require.Equal(t, []int64{a.ID}, claimIDs(c), "the suspect goes alone")
+	require.Equal(t, []int64{a.ID}, recorded())
+	n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "s", Parts: c.Parts, Fences: c.Fences, InFlight: true}, claimIDs(c), driver.RetainProcessed)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	testutil.WaitFor(t, 10*time.Second, "the others go together again", func() bool {
+		c = read("s")
+		return len(c.Events) == 2
+	})
+	require.Equal(t, []string{"d", "e"}, keysOf(c))
+
+	// Handed back unpublished: a takeover counts nothing.
+	released, err := b.drv.Release(b.ctx, driver.Fence{RelayID: "s", Parts: c.Parts, Fences: c.Fences, InFlight: true}, claimIDs(c))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, released)
+	require.NotContains(t, recorded(), c.Events[0].ID)
+	require.NotContains(t, recorded(), c.Events[1].ID)
+	expire()
+	require.Empty(t, balance("r").Rescue.Rescued)
+	require.Zero(t, got(c.Events[0].ID).Attempts)
 }

@@ -115,7 +115,13 @@ func (d *Driver) MarkFailed(ctx context.Context, f driver.Fence, maxAttempts int
 // Release returns events to pending without spending an attempt.
 func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int64, error) {
 	if len(f.Parts) > 0 {
-		// Read from an owned partition: never left pending.
+		// Read from an owned partition: never left pending. The events
+		// were not published, so a takeover must not count them.
+		if f.InFlight {
+			if _, err := d.pool.Exec(ctx, d.parts.clearInFlight, f.RelayID, f.Parts, f.Fences); err != nil {
+				return 0, wrap(err)
+			}
+		}
 		return int64(len(ids)), nil
 	}
 	tag, err := d.pool.Exec(ctx, d.q.release, ids, f.RelayID, f.LockedUntil)
@@ -130,39 +136,51 @@ func (d *Driver) Release(ctx context.Context, f driver.Fence, ids []int64) (int6
 func (d *Driver) RescueExpired(ctx context.Context, p driver.RescueParams) (driver.RescueResult, error) {
 	var res driver.RescueResult
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		res = driver.RescueResult{}
-		rows, err := tx.Query(ctx, d.q.rescueSelect, p.Limit, p.MaxAttempts)
-		if err != nil {
-			return err
-		}
-		var e driver.Expired
-		var ids, dead []int64
-		var statuses, errs []string
-		_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Attempts, &e.LeaseExpiries, &e.MaxAttempts, &e.LastError, &e.LockedBy}, func() error {
-			status, lastErr := e.Rescue()
-			ids, statuses, errs = append(ids, e.ID), append(statuses, status), append(errs, lastErr)
-			if status == driver.StatusFailed {
-				dead = append(dead, e.ID)
-			} else {
-				res.Rescued = append(res.Rescued, e.ID)
-			}
-			return nil
-		})
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		rows, err = tx.Query(ctx, d.q.rescue, ids, statuses, errs)
-		if err != nil {
-			return err
-		}
-		deadRows, err := collectEvents(rows, len(dead))
-		if len(dead) > 0 {
-			res.Dead = deadRows
-		}
+		var err error
+		res, err = d.rescueRows(ctx, tx, d.q.rescueSelect, p.Limit, p.MaxAttempts)
 		return err
 	})
 	if err != nil {
 		return driver.RescueResult{}, wrap(err)
+	}
+	return res, nil
+}
+
+// rescueRows rescues the rows selectSQL reads and locks in tx, with the
+// columns of driver.Expired: each goes back to pending, or to failed once
+// out of attempts, with the expiry counted and noted.
+func (d *Driver) rescueRows(ctx context.Context, tx pgx.Tx, selectSQL string, args ...any) (driver.RescueResult, error) {
+	var res driver.RescueResult
+	rows, err := tx.Query(ctx, selectSQL, args...)
+	if err != nil {
+		return res, err
+	}
+	var e driver.Expired
+	var ids, dead []int64
+	var statuses, errs []string
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Attempts, &e.LeaseExpiries, &e.MaxAttempts, &e.LastError, &e.LockedBy}, func() error {
+		status, lastErr := e.Rescue()
+		ids, statuses, errs = append(ids, e.ID), append(statuses, status), append(errs, lastErr)
+		if status == driver.StatusFailed {
+			dead = append(dead, e.ID)
+		} else {
+			res.Rescued = append(res.Rescued, e.ID)
+		}
+		return nil
+	})
+	if err != nil || len(ids) == 0 {
+		return res, err
+	}
+	rows, err = tx.Query(ctx, d.q.rescue, ids, statuses, errs)
+	if err != nil {
+		return res, err
+	}
+	deadRows, err := collectEvents(rows, len(dead))
+	if err != nil {
+		return res, err
+	}
+	if len(dead) > 0 {
+		res.Dead = deadRows
 	}
 	slices.Sort(res.Rescued)
 	return res, nil
