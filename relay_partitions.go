@@ -37,6 +37,10 @@ type partitions struct {
 	// (driver.InFlightVersion), so a takeover counts an attempt of what
 	// its owner had in flight when its lease ran out.
 	inFlight bool
+	// started: the first round ran. startRescue is what it rescued, left
+	// for the balance loop to settle: the hooks do not run inside Start.
+	started     bool
+	startRescue driver.RescueResult
 }
 
 // balanceInterval is how often an ordered relay renews, sheds and takes
@@ -53,7 +57,9 @@ func (r *Relay) startPartitions(ctx context.Context, version int) error {
 		return nil
 	}
 	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, inFlight: version >= driver.InFlightVersion}
-	return r.balance(ctx)
+	rescued, err := r.balanceRound(ctx)
+	r.parts.startRescue = rescued
+	return err
 }
 
 // balance runs one balance round, then settles what its takeovers rescued
@@ -86,10 +92,11 @@ func (r *Relay) balanceRound(ctx context.Context) (driver.RescueResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
 	res, err := p.pc.BalancePartitions(ctx, driver.BalanceParams{RelayID: r.cfg.RelayID, Lease: r.cfg.Lease,
-		Busy: busy, Stuck: stuck, RescueInFlight: p.inFlight, MaxAttempts: r.cfg.MaxAttempts})
+		Busy: busy, Stuck: stuck, RescueInFlight: p.inFlight, MaxAttempts: r.cfg.MaxAttempts, Restart: !p.started})
 	if err != nil {
 		return driver.RescueResult{}, err
 	}
+	p.started = true
 	p.mu.Lock()
 	changed := res.Held != p.held || res.Relays != p.relays
 	p.held, p.relays = res.Held, res.Relays
@@ -104,6 +111,7 @@ func (r *Relay) balanceRound(ctx context.Context) (driver.RescueResult, error) {
 // balanceLoop runs a balance round every balanceInterval until the relay
 // stops.
 func (r *Relay) balanceLoop(ctx context.Context) {
+	r.settleRescue(ctx, r.parts.startRescue)
 	for r.sleep(r.balanceInterval(), false) {
 		if err := r.balance(ctx); err != nil && ctx.Err() == nil && !r.isStopping() {
 			r.warnDB(r.log, "partition balance", err, r.balanceInterval())

@@ -81,8 +81,8 @@ type Event struct {
 	Attempts       int
 	MaxAttempts    int // 0 when the row leaves it to the relay's default
 	// LeaseExpiries counts the claims that ended in a lease expiry (each
-	// also counted in Attempts); an event with any is claimed alone. Not
-	// read by PostgreSQL's claim.
+	// also counted in Attempts); an event with any is claimed alone. Read
+	// by PostgreSQL's partition read, not by its row-lease claim.
 	LeaseExpiries int
 	LastError     string
 	AvailableAt   time.Time

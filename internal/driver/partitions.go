@@ -57,6 +57,11 @@ type BalanceParams struct {
 	RescueInFlight bool
 	// MaxAttempts is RescueParams.MaxAttempts.
 	MaxAttempts int
+	// Restart marks a relay process's first round (with RescueInFlight):
+	// the partitions it finds still its own with a record in flight were
+	// held by an earlier process of the same relay ID that died, and are
+	// taken over and rescued as orphans are.
+	Restart bool
 }
 
 // BalanceResult reports a balance round.

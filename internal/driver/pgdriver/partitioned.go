@@ -35,6 +35,7 @@ type partitionQueries struct {
 	// round that hands it to the rescue of a takeover.
 	recordInFlight, clearInFlight   string
 	balanceInFlight, rescueInFlight string
+	adoptInFlight                   string
 }
 
 func buildPartitionQueries(schema, t string) partitionQueries {
@@ -150,18 +151,48 @@ RETURNING e.id, e.status`
 )
 UPDATE ` + parts + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`
 
-	// The record of a batch ($R relay; each event's partition $P and ID
-	// $I; the batch's partitions $BP and fences $BF): per partition, the
-	// IDs read from it, and the database clock when. Written only where
-	// the fence still holds.
+	// The record of a batch ($1 relay; each event's partition $2 and ID
+	// $3; the batch's partitions $4 and fences $5): per partition, the IDs
+	// read from it, and the database clock when. Written only where the
+	// fence still holds, the rows locked in partition order as the balance
+	// round and the marks lock them (no deadlock with either).
+	lockOwned := func(p, f, extra string) string {
+		return `(SELECT q.partition FROM ` + parts + ` q
+      JOIN unnest(` + p + `::int[], ` + f + `::bigint[]) AS o(partition, fence) ON o.partition = q.partition
+      WHERE q.owner = $1 AND q.fence = o.fence` + extra + `
+      ORDER BY q.partition
+      FOR UPDATE OF q) x`
+	}
 	q.recordInFlight = `UPDATE ` + parts + ` AS p SET in_flight = f.ids, in_flight_at = now()
 FROM (SELECT partition, array_agg(id ORDER BY id) AS ids
-      FROM unnest($2::int[], $3::bigint[]) AS x(partition, id) GROUP BY partition) f,
-     unnest($4::int[], $5::bigint[]) AS o(partition, fence)
-WHERE p.partition = f.partition AND o.partition = f.partition AND p.owner = $1 AND p.fence = o.fence`
+      FROM unnest($2::int[], $3::bigint[]) AS r(partition, id) GROUP BY partition) f,
+     ` + lockOwned("$4", "$5", "") + `
+WHERE p.partition = f.partition AND x.partition = f.partition`
+	// A release's clearing of the record ($1 relay, $2 and $3 the batch's
+	// partitions and fences).
 	q.clearInFlight = `UPDATE ` + parts + ` AS p SET in_flight = NULL, in_flight_at = NULL
-FROM unnest($2::int[], $3::bigint[]) AS o(partition, fence)
-WHERE p.partition = o.partition AND p.owner = $1 AND p.fence = o.fence AND p.in_flight IS NOT NULL`
+FROM ` + lockOwned("$2", "$3", " AND q.in_flight IS NOT NULL") + `
+WHERE p.partition = x.partition`
+	// A relay's first round after it started: its own partitions that
+	// still carry a record were held, under the same relay ID, by a
+	// process that died (relay IDs are unique among running relays, and a
+	// relay that stops gracefully gives its partitions up). They are taken
+	// over as an orphan is: the fence goes up and the record is returned
+	// for the rescue, locked in partition order before the round.
+	q.adoptInFlight = `WITH adopted AS (
+    UPDATE ` + parts + ` AS p SET fence = p.fence + 1, in_flight = NULL, in_flight_at = NULL
+    FROM (SELECT q.partition, q.in_flight, q.in_flight_at FROM ` + parts + ` q
+          WHERE q.owner = $1 AND q.in_flight IS NOT NULL
+          ORDER BY q.partition
+          FOR UPDATE OF q) o
+    WHERE p.partition = o.partition
+    RETURNING o.in_flight, o.in_flight_at
+), carried AS MATERIALIZED (
+    SELECT i.id, a.in_flight_at FROM adopted a CROSS JOIN unnest(a.in_flight) AS i(id)
+    WHERE a.in_flight_at IS NOT NULL
+)
+SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM carried), '{}'),
+       coalesce((SELECT array_agg(in_flight_at ORDER BY id) FROM carried), '{}')`
 	// What a takeover rescues ($1 IDs, $2 their previous owner, $3 when
 	// they were recorded; $4 MaxAttempts): the events still pending and
 	// unchanged since (a failed publish, a retry or a replay changed them),
@@ -384,10 +415,24 @@ func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) 
 			previous []string
 			recorded []time.Time
 		)
+		if p.Restart {
+			if err := tx.QueryRow(ctx, d.parts.adoptInFlight, p.RelayID).Scan(&ids, &recorded); err != nil {
+				return err
+			}
+			for range ids {
+				previous = append(previous, p.RelayID)
+			}
+		}
+		var (
+			more         []int64
+			morePrevious []string
+			moreRecorded []time.Time
+		)
 		if err := tx.QueryRow(ctx, d.parts.balanceInFlight, p.RelayID, p.Lease.Milliseconds(), busy, stuck).
-			Scan(&res.Held, &res.Relays, &ids, &previous, &recorded); err != nil {
+			Scan(&res.Held, &res.Relays, &more, &morePrevious, &moreRecorded); err != nil {
 			return err
 		}
+		ids, previous, recorded = append(ids, more...), append(previous, morePrevious...), append(recorded, moreRecorded...)
 		if len(ids) == 0 {
 			return nil
 		}

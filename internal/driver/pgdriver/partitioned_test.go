@@ -253,3 +253,38 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	require.Empty(t, balance("r").Rescue.Rescued)
 	require.Zero(t, got(c.Events[0].ID).Attempts)
 }
+
+// A relay that died and came back under the same relay ID within a lease
+// finds its partitions still its own: its first round takes over what it
+// had recorded in flight, as another relay's takeover would.
+func TestPartitionRestartRescuesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	balance := func(restart bool) driver.BalanceResult {
+		t.Helper()
+		res, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute,
+			RescueInFlight: true, MaxAttempts: 5, Restart: restart})
+		require.NoError(t, err)
+		return res
+	}
+	balance(true)
+	b.insertKeyed(t, "a", "b")
+	var c driver.Claim
+	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+		c, _ = b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100,
+			MinLease: time.Second, RecordInFlight: true})
+		return len(c.Events) == 2
+	})
+	require.Empty(t, balance(false).Rescue.Rescued, "a round of the running relay renews its own partitions")
+	res := balance(true)
+	require.Equal(t, claimIDs(c), res.Rescue.Rescued, "the restarted relay counts what it had in flight")
+	require.Equal(t, driver.Partitions, res.Held)
+	e, err := b.drv.GetEvent(b.ctx, c.Events[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, [2]int{1, 1}, [2]int{e.Attempts, e.LeaseExpiries})
+	require.Equal(t, "lease expired while held by relay r", e.LastError)
+	n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", Parts: c.Parts, Fences: c.Fences}, claimIDs(c), driver.RetainProcessed)
+	require.NoError(t, err)
+	require.Zero(t, n, "the dead process's fence no longer holds")
+	require.Empty(t, balance(true).Rescue.Rescued, "counted once")
+}
