@@ -12,7 +12,7 @@ const PartitionedVersion = 8
 
 // InFlightVersion is the migration that records, on each partition, the
 // events an ordered relay has in flight from it (PostgreSQL:
-// outbox_partitions.in_flight), so that a takeover after a lease expiry
+// outbox_partition_in_flight), so that a takeover after a lease expiry
 // counts it as an attempt of those events, as a row-lease rescue does.
 const InFlightVersion = 10
 

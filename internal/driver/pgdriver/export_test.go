@@ -56,3 +56,7 @@ func CountSchemasChunked(ctx context.Context, d *Driver, schemas []string, chunk
 func CaptureSettleSQL(d *Driver, retention driver.Retention) (delivered, failed string) {
 	return captureSettleSQL(d, retention), captureFailSQL(d)
 }
+
+// RecordingPartitionSQL exposes the partition read (block policy) that
+// records its batch in flight.
+func RecordingPartitionSQL(d *Driver) string { return d.parts.readRecord[0] }

@@ -27,12 +27,15 @@ func partitionExpr(a string) string {
 // partitions (docs/ordering.md).
 type partitionQueries struct {
 	read                                  [2]string // block, skip
+	readRecord                            [2]string // the same, recording the batch in flight
 	balance, release                      string
 	markProcessed, markDeleted, markArchv string
 	markFailed                            string
-	// From migration 10 (driver.InFlightVersion): the in-flight record of
-	// a read, its clearing by a release of the batch, and the balance
-	// round that hands it to the rescue of a takeover.
+	// From migration 10 (driver.InFlightVersion), on
+	// outbox_partition_in_flight: the in-flight record of a read, its
+	// clearing by a release of the batch, the balance round that hands it
+	// to the rescue of a takeover, and a restarted relay's adoption of its
+	// own.
 	recordInFlight, clearInFlight   string
 	balanceInFlight, rescueInFlight string
 	adoptInFlight                   string
@@ -44,9 +47,9 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	relays := pgx.Identifier{schema, "outbox_partition_relays"}.Sanitize()
 	pe := partitionExpr("e.")
 
-	// The read writes nothing. parts: the partitions this relay owns with
-	// more than $3 ms of lease left and no batch of its own in flight ($4),
-	// rotated by $5. blockers: the events of those partitions that hold
+	// The read writes no event (readRecord writes its in-flight record).
+	// parts: the partitions this relay owns with more than $3 ms of lease
+	// left and no batch of its own in flight ($4), rotated by $5. blockers: the events of those partitions that hold
 	// their key back now (in flight under a row lease, retrying or written
 	// for later and not due), from the small partial indexes of processing
 	// and pending rows (the latter read from now on: only the events not
@@ -58,7 +61,8 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// per event, so that the dead-letter queue is never read whole), up to
 	// $1 in all. The columns come straight from the partition scan's heap
 	// fetch (no join back by primary key: one index probe per event less).
-	read := func(skip bool) string {
+	inFlight := pgx.Identifier{schema, "outbox_partition_in_flight"}.Sanitize()
+	read := func(skip, record bool) string {
 		dead := `
       AND NOT EXISTS (SELECT FROM ` + t + ` d
                       WHERE coalesce(d.aggregate_type, '') = coalesce(e.aggregate_type, '')
@@ -70,6 +74,26 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 			dead = ``
 		}
 		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "p.lease_until")
+		// With record (migration 10), the read also writes the batch's
+		// in-flight record in the same statement, before its events go
+		// out: per partition read, the IDs read from it, the relay and
+		// fence it read under and the database clock. A record under a
+		// newer fence (another relay took the partition over) is kept. The
+		// rows are locked in partition order, as every writer of the table
+		// locks them.
+		recordCTE := ``
+		if record {
+			recordCTE = `, recorded AS (
+    UPDATE ` + inFlight + ` AS r SET owner = $2, fence = x.fence, ids = x.ids, recorded_at = now()
+    FROM (SELECT q.partition, b.fence, b.ids FROM ` + inFlight + ` q
+          JOIN (SELECT partition, fence, array_agg(id) AS ids FROM batch GROUP BY partition, fence) b
+            ON b.partition = q.partition
+          WHERE q.fence IS NULL OR q.fence <= b.fence
+          ORDER BY q.partition
+          FOR UPDATE OF q) x
+    WHERE r.partition = x.partition
+)`
+		}
 		return `WITH horizon AS MATERIALIZED (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x
 ), parts AS MATERIALIZED (
@@ -82,7 +106,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
     FROM parts p JOIN ` + t + ` b ON ` + partitionExpr("b.") + ` = p.partition
     WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon)
       AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()))
-)
+), batch AS MATERIALIZED (
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
     SELECT ` + cols + `, e.txid::text::bigint, p.partition, p.fence, now(), e.lease_expiries
     FROM ` + t + ` e
@@ -95,9 +119,12 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
     ORDER BY e.txid, e.id
     LIMIT $1
 ) c
-LIMIT $1`
+LIMIT $1
+)` + recordCTE + `
+SELECT * FROM batch`
 	}
-	q.read = [2]string{read(false), read(true)}
+	q.read = [2]string{read(false, false), read(true, false)}
+	q.readRecord = [2]string{read(false, true), read(true, true)}
 
 	// The partitions a mark may still write in: those of the batch whose
 	// fence holds ($R relay, $P partitions, $F fences), share-locked in
@@ -143,56 +170,59 @@ FROM unnest($1::bigint[], $2::text[], $3::boolean[], $4::bigint[]) AS f(id, erro
 WHERE e.id = f.id AND e.status = 'pending' AND ` + inOK + `
 RETURNING e.id, e.status`
 
-	q.balance = balanceSQL(parts, relays, false)
-	q.balanceInFlight = balanceSQL(parts, relays, true)
+	q.balance = balanceSQL(parts, relays, "")
+	q.balanceInFlight = balanceSQL(parts, relays, inFlight)
 
 	q.release = `WITH gone AS (
     DELETE FROM ` + relays + ` WHERE relay_id = $1
 )
 UPDATE ` + parts + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`
 
-	// The record of a batch ($1 relay; each event's partition $2 and ID
-	// $3; the batch's partitions $4 and fences $5): per partition, the IDs
-	// read from it, and the database clock when. Written only where the
-	// fence still holds, the rows locked in partition order as the balance
-	// round and the marks lock them (no deadlock with either).
-	lockOwned := func(p, f, extra string) string {
-		return `(SELECT q.partition FROM ` + parts + ` q
+	// The correction of a read's record when the batch was cut after the
+	// read ($1 relay; each event that goes: its partition $2 and ID $3;
+	// every partition the read took events from $4, with its fence $5):
+	// per partition, the IDs of what goes, or none. Only the relay's own
+	// record under that fence is corrected; the rows are locked in
+	// partition order, as every writer of the table locks them.
+	inFlightRows := func(p, f string) string {
+		return `(SELECT q.partition, o.fence FROM ` + inFlight + ` q
       JOIN unnest(` + p + `::int[], ` + f + `::bigint[]) AS o(partition, fence) ON o.partition = q.partition
-      WHERE q.owner = $1 AND q.fence = o.fence` + extra + `
       ORDER BY q.partition
       FOR UPDATE OF q) x`
 	}
-	q.recordInFlight = `UPDATE ` + parts + ` AS p SET in_flight = f.ids, in_flight_at = now()
-FROM (SELECT partition, array_agg(id ORDER BY id) AS ids
-      FROM unnest($2::int[], $3::bigint[]) AS r(partition, id) GROUP BY partition) f,
-     ` + lockOwned("$4", "$5", "") + `
-WHERE p.partition = f.partition AND x.partition = f.partition`
+	q.recordInFlight = `UPDATE ` + inFlight + ` AS r SET ids = f.ids
+FROM ` + inFlightRows("$4", "$5") + `
+LEFT JOIN (SELECT partition, array_agg(id ORDER BY id) AS ids
+           FROM unnest($2::int[], $3::bigint[]) AS b(partition, id) GROUP BY partition) f ON f.partition = x.partition
+WHERE r.partition = x.partition AND r.owner = $1 AND r.fence = x.fence`
 	// A release's clearing of the record ($1 relay, $2 and $3 the batch's
-	// partitions and fences).
-	q.clearInFlight = `UPDATE ` + parts + ` AS p SET in_flight = NULL, in_flight_at = NULL
-FROM ` + lockOwned("$2", "$3", " AND q.in_flight IS NOT NULL") + `
-WHERE p.partition = x.partition`
-	// A relay's first round after it started: its own partitions that
-	// still carry a record were held, under the same relay ID, by a
-	// process that died (relay IDs are unique among running relays, and a
-	// relay that stops gracefully gives its partitions up). They are taken
-	// over as an orphan is: the fence goes up and the record is returned
-	// for the rescue, locked in partition order before the round.
+	// partitions and fences): the events it hands back were not sent.
+	q.clearInFlight = `UPDATE ` + inFlight + ` AS r SET ids = NULL
+FROM ` + inFlightRows("$2", "$3") + `
+WHERE r.partition = x.partition AND r.owner = $1 AND r.fence = x.fence AND r.ids IS NOT NULL`
+	// A relay's first round after it started: its own partitions whose
+	// record carries their current fence were held, under the same relay
+	// ID, by a process that died (relay IDs are unique among running
+	// relays, and a relay that stops gracefully gives its partitions up).
+	// They are taken over as an orphan is, before the round: the fence goes
+	// up (the dead process's marks no longer hold, and the record is not
+	// counted again), and the record is returned for the rescue.
 	q.adoptInFlight = `WITH adopted AS (
-    UPDATE ` + parts + ` AS p SET fence = p.fence + 1, in_flight = NULL, in_flight_at = NULL
-    FROM (SELECT q.partition, q.in_flight, q.in_flight_at FROM ` + parts + ` q
-          WHERE q.owner = $1 AND q.in_flight IS NOT NULL
+    UPDATE ` + parts + ` AS p SET fence = p.fence + 1
+    FROM (SELECT q.partition, q.fence FROM ` + parts + ` q
+          JOIN ` + inFlight + ` r ON r.partition = q.partition AND r.owner = q.owner AND r.fence = q.fence
+          WHERE q.owner = $1 AND r.ids IS NOT NULL
           ORDER BY q.partition
           FOR UPDATE OF q) o
     WHERE p.partition = o.partition
-    RETURNING o.in_flight, o.in_flight_at
+    RETURNING p.partition, o.fence AS read_fence
 ), carried AS MATERIALIZED (
-    SELECT i.id, a.in_flight_at FROM adopted a CROSS JOIN unnest(a.in_flight) AS i(id)
-    WHERE a.in_flight_at IS NOT NULL
+    SELECT i.id, r.recorded_at FROM adopted a
+    JOIN ` + inFlight + ` r ON r.partition = a.partition AND r.fence = a.read_fence AND r.owner = $1
+    CROSS JOIN unnest(r.ids) AS i(id)
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM carried), '{}'),
-       coalesce((SELECT array_agg(in_flight_at ORDER BY id) FROM carried), '{}')`
+       coalesce((SELECT array_agg(recorded_at ORDER BY id) FROM carried), '{}')`
 	// What a takeover rescues ($1 IDs, $2 their previous owner, $3 when
 	// they were recorded; $4 MaxAttempts): the events still pending and
 	// unchanged since (a failed publish, a retry or a replay changed them),
@@ -218,11 +248,11 @@ FOR UPDATE OF e`
 // next round), each with the fence raised, skipping any a mark or another
 // relay holds and its own busy ones (stuck in a publish: another relay
 // takes them). It returns the partitions held after the round and the live
-// relays. With inFlight (migration 10) an acquisition clears the in-flight
-// record, and the round also returns, for the rescue, the events recorded
-// in flight on the partitions whose owner's lease ran out, with that owner
-// and when they were recorded.
-func balanceSQL(parts, relays string, inFlight bool) string {
+// relays. With inFlight, the table of in-flight records (migration 10), the
+// round also returns, for the rescue, the events recorded in flight on the
+// partitions whose owner's lease ran out, under the owner and fence it held
+// them with, with that owner and when they were recorded.
+func balanceSQL(parts, relays, inFlight string) string {
 	n := strconv.Itoa(driver.Partitions)
 	lease := `now() + $2::bigint * interval '1 millisecond'`
 	acquire := `owner = $1, fence = p.fence + 1, lease_until = ` + lease
@@ -236,24 +266,24 @@ func balanceSQL(parts, relays string, inFlight bool) string {
     RETURNING p.partition
 )`
 	rescued := ``
-	if inFlight {
-		acquire += `, in_flight = NULL, in_flight_at = NULL`
+	if inFlight != "" {
 		orphans = `orphans AS (
     UPDATE ` + parts + ` AS p SET ` + acquire + `
-    FROM (SELECT f.partition, f.owner, f.in_flight, f.in_flight_at FROM ` + parts + ` f
+    FROM (SELECT f.partition, f.owner, f.fence FROM ` + parts + ` f
           WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
           ORDER BY f.partition
           FOR UPDATE SKIP LOCKED) o
     WHERE p.partition = o.partition
-    RETURNING p.partition, o.owner AS previous, o.in_flight, o.in_flight_at
+    RETURNING p.partition, o.owner AS previous, o.fence AS read_fence
 ), carried AS MATERIALIZED (
-    SELECT i.id, o.previous, o.in_flight_at FROM orphans o CROSS JOIN unnest(o.in_flight) AS i(id)
-    WHERE o.in_flight_at IS NOT NULL
+    SELECT i.id, o.previous, r.recorded_at FROM orphans o
+    JOIN ` + inFlight + ` r ON r.partition = o.partition AND r.owner = o.previous AND r.fence = o.read_fence
+    CROSS JOIN unnest(r.ids) AS i(id)
 )`
 		rescued = `,
        coalesce((SELECT array_agg(id ORDER BY id) FROM carried), '{}'),
        coalesce((SELECT array_agg(previous ORDER BY id) FROM carried), '{}'),
-       coalesce((SELECT array_agg(in_flight_at ORDER BY id) FROM carried), '{}')`
+       coalesce((SELECT array_agg(recorded_at ORDER BY id) FROM carried), '{}')`
 	}
 	return `WITH me AS (
     INSERT INTO ` + relays + ` (relay_id, expires_at) VALUES ($1, ` + lease + `)
@@ -302,9 +332,13 @@ SELECT (SELECT count(*) FROM mine) - (SELECT count(*) FROM released) + (SELECT c
 
 // ReadPartitions reads a batch from the partitions the relay owns.
 func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimParams) (driver.Claim, error) {
-	q := d.parts.read[0]
+	reads := d.parts.read
+	if p.RecordInFlight {
+		reads = d.parts.readRecord
+	}
+	q := reads[0]
 	if p.Skip {
-		q = d.parts.read[1]
+		q = reads[1]
 	}
 	busy := p.Busy
 	if busy == nil {
@@ -345,6 +379,7 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	if len(out) == 0 {
 		return driver.Claim{}, nil
 	}
+	read := len(out)
 	// Key order is (txid, id): sorting the whole batch by it keeps every
 	// key's events in order, and so does any prefix of it.
 	slices.SortFunc(out, func(a, b keyed) int {
@@ -382,10 +417,16 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	}
 	claim.Lease = claim.LockedUntil.Sub(dbNow)
 	if p.RecordInFlight {
-		// Before the events are published: a relay that takes a partition
-		// over after this one's lease ran out rescues them.
-		if _, err := d.pool.Exec(ctx, d.parts.recordInFlight, p.RelayID, parts, ids, claim.Parts, claim.Fences); err != nil {
-			return driver.Claim{}, wrap(err)
+		// The read recorded all it read; when the batch was cut, the record
+		// is corrected to what goes before any of it is published.
+		if len(out) < read {
+			readParts, readFences := make([]int32, 0, len(fenceOf)), make([]int64, 0, len(fenceOf))
+			for part, fence := range fenceOf {
+				readParts, readFences = append(readParts, part), append(readFences, fence)
+			}
+			if _, err := d.pool.Exec(ctx, d.parts.recordInFlight, p.RelayID, parts, ids, readParts, readFences); err != nil {
+				return driver.Claim{}, wrap(err)
+			}
 		}
 		claim.InFlight = true
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/outboxkit/outbox/internal/testutil"
 )
 
-// The partition read and its mark stay on the indexes under a generic
-// plan, on a table with processed rows, a backlog and a dead-letter queue:
+// The partition read (also when it records its batch in flight) and its
+// mark stay on the indexes under a generic plan, on a table with processed rows, a backlog and a dead-letter queue:
 // the partition index for a partition's events, the primary key for the
 // mark; no sequential scan of the outbox table (what holds keys back comes
 // from the small partial indexes: processing, pending in the future), and
@@ -56,6 +56,9 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.Contains(t, plan, "outbox_events_partition_idx", plan)
 	require.Contains(t, plan, "outbox_events_dead_key_idx", plan, "a dead head is found by its key")
 	require.NotContains(t, plan, "outbox_events_failed_idx", plan, "the dead-letter queue is not read whole")
+	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int", `1000, 'r', 30000, '{}', 0`)
+	require.Contains(t, plan, "outbox_events_partition_idx", plan, "recording its batch leaves the read's plan as it was")
+	require.Contains(t, plan, "Update on outbox_partition_in_flight", plan)
 	plan = explain("mark_plan", mark, "bigint[], text, int[], bigint[]", `'{1,2,3}', 'r', '{1,2}', '{1,1}'`)
 	require.Contains(t, plan, "outbox_events_pkey", plan)
 	require.NotContains(t, plan, "outbox_events_partition_idx", plan, "a mark reads its rows by ID, not the partition's backlog")
@@ -183,7 +186,9 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	}
 	recorded := func() []int64 {
 		t.Helper()
-		rows, err := b.pool.Query(b.ctx, `SELECT i FROM `+parts+`, unnest(in_flight) i ORDER BY i`)
+		// The records that still count: those under the partition's fence.
+		rows, err := b.pool.Query(b.ctx, `SELECT i FROM `+pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()+` r
+			JOIN `+parts+` p ON p.partition = r.partition AND p.owner = r.owner AND p.fence = r.fence, unnest(r.ids) i ORDER BY i`)
 		require.NoError(t, err)
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		require.NoError(t, err)
@@ -215,7 +220,7 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	require.Equal(t, bb.ID, res.Rescue.Dead[0].ID)
 	require.Equal(t, driver.StatusFailed, res.Rescue.Dead[0].Status)
 	require.Contains(t, res.Rescue.Dead[0].LastError, "lease expired while held by relay r (dead-lettered after 1 attempts, 1 of them ending in a lease expiry")
-	require.Empty(t, recorded(), "a takeover clears what it took over")
+	require.Empty(t, recorded(), "a takeover raises the fence: the record no longer counts")
 	got := func(id int64) driver.Event {
 		e, err := b.drv.GetEvent(b.ctx, id)
 		require.NoError(t, err)
@@ -226,10 +231,13 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	require.Equal(t, [2]int{1, 0}, [2]int{got(cc.ID).Attempts, got(cc.ID).LeaseExpiries}, "a failed publish is not counted again")
 	require.Zero(t, balance("s").Rescue.Rescued, "counted once")
 
-	// a is a suspect: it goes alone, ahead of what came after it.
+	// a is a suspect: it goes alone, ahead of what came after it, and the
+	// record holds only what goes.
 	b.insertKeyed(t, "d", "e")
 	testutil.WaitFor(t, 10*time.Second, "the new events are below the horizon", func() bool {
-		return len(read("s").Events) == 1
+		var below bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT bool_and(txid < pg_snapshot_xmin(pg_current_snapshot())) FROM `+b.drv.Table()+` WHERE aggregate_id IN ('d', 'e')`).Scan(&below))
+		return below
 	})
 	c = read("s")
 	require.Equal(t, []int64{a.ID}, claimIDs(c), "the suspect goes alone")
