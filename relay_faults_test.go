@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 	"github.com/outboxkit/outbox/internal/testutil"
 	"github.com/outboxkit/outbox/internal/testutil/pgcluster"
-	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
@@ -297,14 +295,7 @@ func TestRelayRecoversFromHalfOpenDatabase(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	// The relay reaches PostgreSQL through a proxy that will go silent.
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	proxy := tcpproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)))
-	host, port, err := net.SplitHostPort(proxy.Addr())
-	require.NoError(t, err)
-	cfg.ConnConfig.Host = host
-	_, err = fmt.Sscan(port, &cfg.ConnConfig.Port)
-	require.NoError(t, err)
+	cfg, proxy := testutil.ProxiedPoolConfig(t)
 	relayID := "half-open-" + b.schema[len(b.schema)-8:]
 	outbox.ConfigureRelayPool(cfg, relayID)
 	relayPool, err := pgxpool.NewWithConfig(b.ctx, cfg)

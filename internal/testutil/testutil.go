@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
+	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 )
 
 // DatabaseURLDefault is the local test database.
@@ -76,6 +79,27 @@ func NewPool(t testing.TB, applicationName string) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// ProxiedPoolConfig returns a pool configuration for the test database
+// whose connections go through a proxy of t's own, to cut or silence.
+func ProxiedPoolConfig(t testing.TB) (*pgxpool.Config, *tcpproxy.Proxy) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := tcpproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	return cfg, proxy
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)

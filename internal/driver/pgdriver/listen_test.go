@@ -2,8 +2,6 @@ package pgdriver_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
 	"github.com/outboxkit/outbox/internal/testutil"
-	"github.com/outboxkit/outbox/internal/testutil/tcpproxy"
 )
 
 // A connection that goes half-open between the pool and the LISTEN
@@ -21,14 +18,7 @@ import (
 func TestListenGivesUpOnASilentConnection(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	proxy := tcpproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)))
-	host, port, err := net.SplitHostPort(proxy.Addr())
-	require.NoError(t, err)
-	cfg.ConnConfig.Host = host
-	_, err = fmt.Sscan(port, &cfg.ConnConfig.Port)
-	require.NoError(t, err)
+	cfg, proxy := testutil.ProxiedPoolConfig(t)
 	cfg.MaxConns = 1
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
