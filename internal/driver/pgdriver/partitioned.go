@@ -77,22 +77,36 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		// With record (migration 10), the read also writes the batch's
 		// in-flight record in the same statement, before its events go
 		// out: per partition read, the IDs read from it, the relay and
-		// fence it read under and the database clock. A record under a
-		// newer fence (another relay took the partition over) is kept. The
-		// rows are locked in partition order, as every writer of the table
-		// locks them.
-		recordCTE := ``
+		// fence it read under and the database clock. held first locks the
+		// batch's partition rows whose lease and fence still hold (FOR KEY
+		// SHARE, in partition order: marks and renewals go on, but a
+		// takeover skips them until the record is committed, and so sees
+		// it); the record's rows are locked next, in partition order, as
+		// every writer of the table locks them (the Sort under that lock
+		// takes all of held first). A record under a newer fence is kept.
+		// Only the events of the partitions recorded are returned: a
+		// partition lost meanwhile goes to its new owner unsent.
+		recordCTE, out := ``, `batch`
 		if record {
-			recordCTE = `, recorded AS (
+			recordCTE = `, held AS MATERIALIZED (
+    SELECT p.partition, p.fence FROM ` + parts + ` p
+    WHERE p.owner = $2 AND p.lease_until > now()
+      AND (p.partition, p.fence) IN (SELECT DISTINCT partition, fence FROM batch)
+    ORDER BY p.partition
+    FOR KEY SHARE OF p
+), recorded AS (
     UPDATE ` + inFlight + ` AS r SET owner = $2, fence = x.fence, ids = x.ids, recorded_at = now()
     FROM (SELECT q.partition, b.fence, b.ids FROM ` + inFlight + ` q
+          JOIN held h ON h.partition = q.partition
           JOIN (SELECT partition, fence, array_agg(id) AS ids FROM batch GROUP BY partition, fence) b
-            ON b.partition = q.partition
+            ON b.partition = q.partition AND b.fence = h.fence
           WHERE q.fence IS NULL OR q.fence <= b.fence
           ORDER BY q.partition
           FOR UPDATE OF q) x
     WHERE r.partition = x.partition
+    RETURNING r.partition
 )`
+			out = `batch WHERE partition IN (SELECT partition FROM recorded)`
 		}
 		return `WITH horizon AS MATERIALIZED (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x
@@ -121,7 +135,7 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
 ) c
 LIMIT $1
 )` + recordCTE + `
-SELECT * FROM batch`
+SELECT * FROM ` + out
 	}
 	q.read = [2]string{read(false, false), read(true, false)}
 	q.readRecord = [2]string{read(false, true), read(true, true)}
@@ -240,7 +254,8 @@ FOR UPDATE OF e`
 // the share-out with an expiry of a lease ($2 ms) and forget relays gone
 // for an hour; target = ceil(partitions / live relays). mine: the relay's
 // partitions with lease left, locked in partition order (as the marks lock
-// them), the busy ones ($3) first: those above the target and not busy are
+// them; FOR NO KEY UPDATE, which waits for the marks' FOR SHARE but not for
+// a recording read's FOR KEY SHARE), the busy ones ($3) first: those above the target and not busy are
 // released, the others renewed unless stuck ($4); below the target it
 // takes free partitions, and whatever the target it takes the partitions
 // whose owner's lease ran out (a relay that died: no stall until the
@@ -251,7 +266,10 @@ FOR UPDATE OF e`
 // relays. With inFlight, the table of in-flight records (migration 10), the
 // round also returns, for the rescue, the events recorded in flight on the
 // partitions whose owner's lease ran out, under the owner and fence it held
-// them with, with that owner and when they were recorded.
+// them with, with that owner and when they were recorded (the records
+// share-locked in partition order after the partitions: a record committed
+// since the statement began is seen, and a read still recording holds its
+// partitions, which the round then skips).
 func balanceSQL(parts, relays, inFlight string) string {
 	n := strconv.Itoa(driver.Partitions)
 	lease := `now() + $2::bigint * interval '1 millisecond'`
@@ -276,9 +294,12 @@ func balanceSQL(parts, relays, inFlight string) string {
     WHERE p.partition = o.partition
     RETURNING p.partition, o.owner AS previous, o.fence AS read_fence
 ), carried AS MATERIALIZED (
-    SELECT i.id, o.previous, r.recorded_at FROM orphans o
-    JOIN ` + inFlight + ` r ON r.partition = o.partition AND r.owner = o.previous AND r.fence = o.read_fence
-    CROSS JOIN unnest(r.ids) AS i(id)
+    SELECT i.id, c.previous, c.recorded_at FROM (
+        SELECT o.previous, r.ids, r.recorded_at FROM orphans o
+        JOIN ` + inFlight + ` r ON r.partition = o.partition AND r.owner = o.previous AND r.fence = o.read_fence
+        ORDER BY r.partition
+        FOR SHARE OF r) c
+    CROSS JOIN unnest(c.ids) AS i(id)
 )`
 		rescued = `,
        coalesce((SELECT array_agg(id ORDER BY id) FROM carried), '{}'),
@@ -299,7 +320,7 @@ func balanceSQL(parts, relays, inFlight string) string {
     SELECT partition FROM ` + parts + `
     WHERE owner = $1 AND lease_until > now()
     ORDER BY partition
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ), mine AS MATERIALIZED (
     SELECT partition, partition = ANY($3::int[]) AS busy,
            row_number() OVER (ORDER BY partition = ANY($3::int[]) DESC, partition) AS k
@@ -488,7 +509,8 @@ func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) 
 }
 
 // ReleasePartitions gives up the relay's partitions. Their in-flight
-// records stay until the next owner acquires them, which clears them.
+// records stay, but no longer count once the next owner acquires them and
+// raises their fences.
 func (d *Driver) ReleasePartitions(ctx context.Context, relayID string) error {
 	_, err := d.pool.Exec(ctx, d.parts.release, relayID)
 	return wrap(err)

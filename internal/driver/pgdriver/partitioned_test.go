@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/driver"
@@ -264,6 +265,56 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 
 // A relay that died and came back under the same relay ID within a lease
 // finds its partitions still its own: its first round takes over what it
+// A read that records its batch races a takeover safely: a read that
+// reaches a partition while another relay is taking it over (its balance
+// round holds the row) waits for the round, then neither records nor
+// returns that partition's events, which go to the new owner unsent.
+func TestPartitionRecordingReadWaitsForATakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parts := pgx.Identifier{b.drv.Schema(), "outbox_partitions"}.Sanitize()
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	b.insertKeyed(t, "a", "b", "c")
+	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+		var below bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT bool_and(txid < pg_snapshot_xmin(pg_current_snapshot())) FROM `+b.drv.Table()).Scan(&below))
+		return below
+	})
+
+	// Another relay's round is taking every partition over, uncommitted.
+	takeover, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = takeover.Rollback(b.ctx) }()
+	_, err = takeover.Exec(b.ctx, `SELECT partition FROM `+parts+` ORDER BY partition FOR UPDATE`)
+	require.NoError(t, err)
+
+	read := make(chan driver.Claim, 1)
+	go func() {
+		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100,
+			MinLease: time.Second, RecordInFlight: true})
+		assert.NoError(t, err)
+		read <- c
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the read waits for the round", func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0 AND strpos(query, 'WITH horizon') > 0)`,
+			b.drv.Schema()).Scan(&waiting))
+		return waiting
+	})
+	_, err = takeover.Exec(b.ctx, `UPDATE `+parts+` SET owner = 's', fence = fence + 1`)
+	require.NoError(t, err)
+	require.NoError(t, takeover.Commit(b.ctx))
+
+	c := <-read
+	require.Empty(t, c.Events, "the partitions changed hands during the read")
+	var records int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()+
+		` WHERE ids IS NOT NULL`).Scan(&records))
+	require.Zero(t, records, "nothing recorded for partitions the relay lost")
+}
+
 // had recorded in flight, as another relay's takeover would.
 func TestPartitionRestartRescuesInFlight(t *testing.T) {
 	t.Parallel()
