@@ -32,11 +32,11 @@ type partitionQueries struct {
 	markProcessed, markDeleted, markArchv string
 	markFailed                            string
 	// From migration 10 (driver.InFlightVersion), on
-	// outbox_partition_in_flight: the in-flight record of a read, its
-	// clearing by a release of the batch, the balance round that hands it
-	// to the rescue of a takeover, and a restarted relay's adoption of its
-	// own.
-	recordInFlight, clearInFlight   string
+	// outbox_partition_in_flight (a read's record is written by
+	// readRecord): its clearing by a release of the batch, the balance
+	// round that hands it to the rescue of a takeover, and a restarted
+	// relay's adoption of its own.
+	clearInFlight                   string
 	balanceInFlight, rescueInFlight string
 	adoptInFlight                   string
 }
@@ -61,6 +61,13 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// per event, so that the dead-letter queue is never read whole), up to
 	// $1 in all. The columns come straight from the partition scan's heap
 	// fetch (no join back by primary key: one index probe per event less).
+	// What of it goes (going): all of it unless a suspect (an event in
+	// flight when a relay holding it died) is in it or its stored bytes
+	// (pg_column_size, as the other claims count them) pass $6 > 0 (cut);
+	// then, in key order (txid, id), which any prefix keeps for every key,
+	// the first event always and the next ones while no suspect has come
+	// and the bytes stay within $6 (kept). A suspect therefore goes alone,
+	// or is left for the next read behind the events before it.
 	inFlight := pgx.Identifier{schema, "outbox_partition_in_flight"}.Sanitize()
 	read := func(skip, record bool) string {
 		dead := `
@@ -76,7 +83,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "p.lease_until")
 		// With record (migration 10), the read also writes the batch's
 		// in-flight record in the same statement, before its events go
-		// out: per partition read, the IDs read from it, the relay and
+		// out: per partition, the IDs of what goes from it, the relay and
 		// fence it read under and the database clock. held first locks the
 		// batch's partition rows whose lease and fence still hold (FOR KEY
 		// SHARE, in partition order: marks and renewals go on, but a
@@ -86,19 +93,20 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		// takes all of held first). A record under a newer fence is kept.
 		// Only the events of the partitions recorded are returned: a
 		// partition lost meanwhile goes to its new owner unsent.
-		recordCTE, out := ``, `batch`
+		going := `(NOT (SELECT needed FROM cut) OR g.id IN (SELECT id FROM kept))`
+		recordCTE, out := ``, `batch g WHERE `+going
 		if record {
 			recordCTE = `, held AS MATERIALIZED (
     SELECT p.partition, p.fence FROM ` + parts + ` p
     WHERE p.owner = $2 AND p.lease_until > now()
-      AND (p.partition, p.fence) IN (SELECT DISTINCT partition, fence FROM batch)
+      AND (p.partition, p.fence) IN (SELECT DISTINCT partition, fence FROM batch g WHERE ` + going + `)
     ORDER BY p.partition
     FOR KEY SHARE OF p
 ), recorded AS (
     UPDATE ` + inFlight + ` AS r SET owner = $2, fence = x.fence, ids = x.ids, recorded_at = now()
     FROM (SELECT q.partition, b.fence, b.ids FROM ` + inFlight + ` q
           JOIN held h ON h.partition = q.partition
-          JOIN (SELECT partition, fence, array_agg(id) AS ids FROM batch GROUP BY partition, fence) b
+          JOIN (SELECT partition, fence, array_agg(id) AS ids FROM batch g WHERE ` + going + ` GROUP BY partition, fence) b
             ON b.partition = q.partition AND b.fence = h.fence
           WHERE q.fence IS NULL OR q.fence <= b.fence
           ORDER BY q.partition
@@ -106,7 +114,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
     WHERE r.partition = x.partition
     RETURNING r.partition
 )`
-			out = `batch WHERE partition IN (SELECT partition FROM recorded)`
+			out += ` AND g.partition IN (SELECT partition FROM recorded)`
 		}
 		return `WITH horizon AS MATERIALIZED (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x
@@ -122,7 +130,8 @@ func buildPartitionQueries(schema, t string) partitionQueries {
       AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()))
 ), batch AS MATERIALIZED (
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
-    SELECT ` + cols + `, e.txid::text::bigint, p.partition, p.fence, now(), e.lease_expiries
+    SELECT ` + cols + `, e.txid::text::bigint AS txid, p.partition, p.fence, now(), e.lease_expiries,
+           pg_column_size(e.payload) + pg_column_size(e.headers) AS size
     FROM ` + t + ` e
     WHERE ` + pe + ` = p.partition AND e.status = 'pending'
       AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
@@ -134,6 +143,17 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
     LIMIT $1
 ) c
 LIMIT $1
+), cut AS MATERIALIZED (
+    SELECT coalesce(bool_or(lease_expiries > 0), false)
+           OR ($6::bigint > 0 AND coalesce(sum(size), 0) > $6::bigint) AS needed
+    FROM batch
+), kept AS MATERIALIZED (
+    SELECT id FROM (
+        SELECT id, row_number() OVER w AS n,
+               count(*) FILTER (WHERE lease_expiries > 0) OVER w AS suspects,
+               sum(size) OVER w AS bytes
+        FROM batch WINDOW w AS (ORDER BY txid, id)) k
+    WHERE n = 1 OR (suspects = 0 AND ($6::bigint <= 0 OR bytes <= $6::bigint))
 )` + recordCTE + `
 SELECT * FROM ` + out
 	}
@@ -192,27 +212,15 @@ RETURNING e.id, e.status`
 )
 UPDATE ` + parts + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`
 
-	// The correction of a read's record when the batch was cut after the
-	// read ($1 relay; each event that goes: its partition $2 and ID $3;
-	// every partition the read took events from $4, with its fence $5):
-	// per partition, the IDs of what goes, or none. Only the relay's own
-	// record under that fence is corrected; the rows are locked in
-	// partition order, as every writer of the table locks them.
-	inFlightRows := func(p, f string) string {
-		return `(SELECT q.partition, o.fence FROM ` + inFlight + ` q
-      JOIN unnest(` + p + `::int[], ` + f + `::bigint[]) AS o(partition, fence) ON o.partition = q.partition
-      ORDER BY q.partition
-      FOR UPDATE OF q) x`
-	}
-	q.recordInFlight = `UPDATE ` + inFlight + ` AS r SET ids = f.ids
-FROM ` + inFlightRows("$4", "$5") + `
-LEFT JOIN (SELECT partition, array_agg(id ORDER BY id) AS ids
-           FROM unnest($2::int[], $3::bigint[]) AS b(partition, id) GROUP BY partition) f ON f.partition = x.partition
-WHERE r.partition = x.partition AND r.owner = $1 AND r.fence = x.fence`
 	// A release's clearing of the record ($1 relay, $2 and $3 the batch's
-	// partitions and fences): the events it hands back were not sent.
+	// partitions and fences): the events it hands back were not sent. Only
+	// the relay's own record under that fence is cleared; the rows are
+	// locked in partition order, as every writer of the table locks them.
 	q.clearInFlight = `UPDATE ` + inFlight + ` AS r SET ids = NULL
-FROM ` + inFlightRows("$2", "$3") + `
+FROM (SELECT q.partition, o.fence FROM ` + inFlight + ` q
+      JOIN unnest($2::int[], $3::bigint[]) AS o(partition, fence) ON o.partition = q.partition
+      ORDER BY q.partition
+      FOR UPDATE OF q) x
 WHERE r.partition = x.partition AND r.owner = $1 AND r.fence = x.fence AND r.ids IS NOT NULL`
 	// A relay's first round after it started: its own partitions whose
 	// record carries their current fence were held, under the same relay
@@ -365,7 +373,7 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	if busy == nil {
 		busy = []int32{}
 	}
-	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions)
+	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions, p.MaxBytes)
 	if err != nil {
 		return driver.Claim{}, wrap(err)
 	}
@@ -382,9 +390,10 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		fence    int64
 		dbNow    time.Time
 		expiries int
+		size     int64 // the byte budget's measure, applied by the read
 		fenceOf  = map[int32]int64{}
 	)
-	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &expiries)
+	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &expiries, &size)
 	for rows.Next() {
 		ev, err := sc.scan(rows, p.RelayID)
 		if err != nil {
@@ -400,31 +409,16 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	if len(out) == 0 {
 		return driver.Claim{}, nil
 	}
-	read := len(out)
-	// Key order is (txid, id): sorting the whole batch by it keeps every
-	// key's events in order, and so does any prefix of it.
+	// Key order is (txid, id): sorting the batch by it keeps every key's
+	// events in order.
 	slices.SortFunc(out, func(a, b keyed) int {
 		return cmp.Or(cmp.Compare(a.txid, b.txid), cmp.Compare(a.ev.ID, b.ev.ID))
 	})
-	// A suspect goes alone; what comes before it goes first.
-	for i := range out {
-		if out[i].ev.LeaseExpiries > 0 {
-			out = out[:max(i, 1)]
-			break
-		}
-	}
-	sizes := make([]int64, len(out))
-	for i := range out {
-		sizes[i] = int64(len(out[i].ev.Payload) + len(out[i].ev.Headers))
-	}
-	out = out[:driver.FitBudget(sizes, p.MaxBytes)]
 
 	var claim driver.Claim
 	claim.Events = make([]driver.Event, len(out))
-	parts, ids := make([]int32, len(out)), make([]int64, len(out))
 	for i := range out {
 		claim.Events[i] = out[i].ev
-		parts[i], ids[i] = out[i].part, out[i].ev.ID
 		if !slices.Contains(claim.Parts, out[i].part) {
 			claim.Parts = append(claim.Parts, out[i].part)
 			claim.Fences = append(claim.Fences, fenceOf[out[i].part])
@@ -437,20 +431,7 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		claim.Events[i].LockedUntil = claim.LockedUntil
 	}
 	claim.Lease = claim.LockedUntil.Sub(dbNow)
-	if p.RecordInFlight {
-		// The read recorded all it read; when the batch was cut, the record
-		// is corrected to what goes before any of it is published.
-		if len(out) < read {
-			readParts, readFences := make([]int32, 0, len(fenceOf)), make([]int64, 0, len(fenceOf))
-			for part, fence := range fenceOf {
-				readParts, readFences = append(readParts, part), append(readFences, fence)
-			}
-			if _, err := d.pool.Exec(ctx, d.parts.recordInFlight, p.RelayID, parts, ids, readParts, readFences); err != nil {
-				return driver.Claim{}, wrap(err)
-			}
-		}
-		claim.InFlight = true
-	}
+	claim.InFlight = p.RecordInFlight
 	return claim, nil
 }
 

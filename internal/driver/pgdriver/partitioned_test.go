@@ -1,6 +1,8 @@
 package pgdriver_test
 
 import (
+	"crypto/sha512"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,11 +55,11 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
 		return plan
 	}
-	plan := explain("read_plan", read, "int, text, bigint, int[], int", `1000, 'r', 30000, '{}', 0`)
+	plan := explain("read_plan", read, "int, text, bigint, int[], int, bigint", `1000, 'r', 30000, '{}', 0, 0`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan)
 	require.Contains(t, plan, "outbox_events_dead_key_idx", plan, "a dead head is found by its key")
 	require.NotContains(t, plan, "outbox_events_failed_idx", plan, "the dead-letter queue is not read whole")
-	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int", `1000, 'r', 30000, '{}', 0`)
+	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint", `1000, 'r', 30000, '{}', 0, 0`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan, "recording its batch leaves the read's plan as it was")
 	require.Contains(t, plan, "Update on outbox_partition_in_flight", plan)
 	plan = explain("mark_plan", mark, "bigint[], text, int[], bigint[]", `'{1,2,3}', 'r', '{1,2}', '{1,1}'`)
@@ -265,6 +267,48 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 
 // A relay that died and came back under the same relay ID within a lease
 // finds its partitions still its own: its first round takes over what it
+// A read keeps within the byte budget (stored bytes): the first event
+// always, then a prefix in key order, and it records only what goes.
+func TestPartitionReadKeepsWithinByteBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	events := make([]driver.NewEvent, 4)
+	for i := range events {
+		// About 1 KB each of hex digests: stored as written, uncompressed.
+		var pad []byte
+		for len(pad) < 1000 {
+			sum := sha512.Sum512(append(pad, byte(i)))
+			pad = fmt.Appendf(pad, "%x", sum[:])
+		}
+		events[i] = driver.NewEvent{EventType: "e", AggregateType: "order", AggregateID: string(rune('a' + i)),
+			Payload: []byte(`{"pad": "` + string(pad[:1000]) + `"}`), Headers: []byte(`{}`)}
+	}
+	b.insertEvents(t, events)
+	read := func(maxBytes int64) driver.Claim {
+		t.Helper()
+		var c driver.Claim
+		testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+			var err error
+			c, err = b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100,
+				MinLease: time.Second, MaxBytes: maxBytes, RecordInFlight: true})
+			require.NoError(t, err)
+			return len(c.Events) > 0
+		})
+		return c
+	}
+	c := read(2500)
+	require.Equal(t, []string{"a", "b"}, keysOf(c), "a prefix in key order within 2,500 bytes")
+	var recorded []int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(array_agg(i ORDER BY i), '{}') FROM `+
+		pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()+` r, unnest(r.ids) i`).Scan(&recorded))
+	require.Equal(t, claimIDs(c), recorded, "only what goes is recorded")
+	_, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", Parts: c.Parts, Fences: c.Fences}, claimIDs(c), driver.RetainDelete)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, keysOf(read(1)), "the first alone over the budget")
+}
+
 // A read that records its batch races a takeover safely: a read that
 // reaches a partition while another relay is taking it over (its balance
 // round holds the row) waits for the round, then neither records nor
