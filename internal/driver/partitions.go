@@ -74,9 +74,10 @@ type BalanceResult struct {
 }
 
 // PartitionClaimer is implemented by drivers that deliver in order by owned
-// partitions of keys (docs/ordering.md). Its reads write nothing; marks
-// whose Fence carries Parts are fenced on those partitions' leases, and a
-// release of such events writes nothing.
+// partitions of keys (docs/ordering.md). Its reads write no event (only,
+// with RecordInFlight, the batch's in-flight record); marks whose Fence
+// carries Parts are fenced on those partitions' leases, and a release of
+// such events writes no event.
 type PartitionClaimer interface {
 	// ReadPartitions returns up to BatchSize due pending events of the
 	// partitions the relay owns, such that for every key it returns events
