@@ -231,17 +231,15 @@ WHERE r.partition = x.partition AND r.owner = $1 AND r.fence = x.fence AND r.ids
 	// counted again), and the record is returned for the rescue.
 	q.adoptInFlight = `WITH adopted AS (
     UPDATE ` + parts + ` AS p SET fence = p.fence + 1
-    FROM (SELECT q.partition, q.fence FROM ` + parts + ` q
+    FROM (SELECT q.partition, r.ids, r.recorded_at FROM ` + parts + ` q
           JOIN ` + inFlight + ` r ON r.partition = q.partition AND r.owner = q.owner AND r.fence = q.fence
           WHERE q.owner = $1 AND r.ids IS NOT NULL
           ORDER BY q.partition
           FOR UPDATE OF q) o
     WHERE p.partition = o.partition
-    RETURNING p.partition, o.fence AS read_fence
+    RETURNING o.ids, o.recorded_at
 ), carried AS MATERIALIZED (
-    SELECT i.id, r.recorded_at FROM adopted a
-    JOIN ` + inFlight + ` r ON r.partition = a.partition AND r.fence = a.read_fence AND r.owner = $1
-    CROSS JOIN unnest(r.ids) AS i(id)
+    SELECT i.id, a.recorded_at FROM adopted a CROSS JOIN unnest(a.ids) AS i(id)
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM carried), '{}'),
        coalesce((SELECT array_agg(recorded_at ORDER BY id) FROM carried), '{}')`
@@ -282,18 +280,9 @@ func balanceSQL(parts, relays, inFlight string) string {
 	n := strconv.Itoa(driver.Partitions)
 	lease := `now() + $2::bigint * interval '1 millisecond'`
 	acquire := `owner = $1, fence = p.fence + 1, lease_until = ` + lease
+	// The partitions whose owner's lease ran out, with that owner and the
+	// fence it held them under.
 	orphans := `orphans AS (
-    UPDATE ` + parts + ` AS p SET ` + acquire + `
-    WHERE p.partition = ANY(ARRAY(
-        SELECT f.partition FROM ` + parts + ` f
-        WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
-        ORDER BY f.partition
-        FOR UPDATE SKIP LOCKED))
-    RETURNING p.partition
-)`
-	rescued := ``
-	if inFlight != "" {
-		orphans = `orphans AS (
     UPDATE ` + parts + ` AS p SET ` + acquire + `
     FROM (SELECT f.partition, f.owner, f.fence FROM ` + parts + ` f
           WHERE f.owner IS NOT NULL AND f.lease_until <= now() AND f.partition <> ALL($3::int[])
@@ -301,7 +290,10 @@ func balanceSQL(parts, relays, inFlight string) string {
           FOR UPDATE SKIP LOCKED) o
     WHERE p.partition = o.partition
     RETURNING p.partition, o.owner AS previous, o.fence AS read_fence
-), carried AS MATERIALIZED (
+)`
+	rescued := ``
+	if inFlight != "" {
+		orphans += `, carried AS MATERIALIZED (
     SELECT i.id, c.previous, c.recorded_at FROM (
         SELECT o.previous, r.ids, r.recorded_at FROM orphans o
         JOIN ` + inFlight + ` r ON r.partition = o.partition AND r.owner = o.previous AND r.fence = o.read_fence
@@ -380,7 +372,6 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	defer rows.Close()
 	type keyed struct {
 		txid int64
-		part int32
 		ev   driver.Event
 	}
 	var (
@@ -391,6 +382,7 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		dbNow    time.Time
 		expiries int
 		size     int64 // the byte budget's measure, applied by the read
+		claim    driver.Claim
 		fenceOf  = map[int32]int64{}
 	)
 	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &expiries, &size)
@@ -400,8 +392,15 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 			return driver.Claim{}, wrap(err)
 		}
 		ev.LeaseExpiries = expiries
-		out = append(out, keyed{txid: txid, part: part, ev: ev})
-		fenceOf[part] = fence
+		out = append(out, keyed{txid: txid, ev: ev})
+		if _, ok := fenceOf[part]; !ok {
+			fenceOf[part] = fence
+			claim.Parts = append(claim.Parts, part)
+			claim.Fences = append(claim.Fences, fence)
+		}
+		if claim.LockedUntil.IsZero() || ev.LockedUntil.Before(claim.LockedUntil) {
+			claim.LockedUntil = ev.LockedUntil
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return driver.Claim{}, wrap(err)
@@ -414,20 +413,9 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	slices.SortFunc(out, func(a, b keyed) int {
 		return cmp.Or(cmp.Compare(a.txid, b.txid), cmp.Compare(a.ev.ID, b.ev.ID))
 	})
-
-	var claim driver.Claim
 	claim.Events = make([]driver.Event, len(out))
 	for i := range out {
 		claim.Events[i] = out[i].ev
-		if !slices.Contains(claim.Parts, out[i].part) {
-			claim.Parts = append(claim.Parts, out[i].part)
-			claim.Fences = append(claim.Fences, fenceOf[out[i].part])
-		}
-		if claim.LockedUntil.IsZero() || out[i].ev.LockedUntil.Before(claim.LockedUntil) {
-			claim.LockedUntil = out[i].ev.LockedUntil
-		}
-	}
-	for i := range claim.Events {
 		claim.Events[i].LockedUntil = claim.LockedUntil
 	}
 	claim.Lease = claim.LockedUntil.Sub(dbNow)
@@ -462,9 +450,7 @@ func (d *Driver) BalancePartitions(ctx context.Context, p driver.BalanceParams) 
 			if err := tx.QueryRow(ctx, d.parts.adoptInFlight, p.RelayID).Scan(&ids, &recorded); err != nil {
 				return err
 			}
-			for range ids {
-				previous = append(previous, p.RelayID)
-			}
+			previous = slices.Repeat([]string{p.RelayID}, len(ids))
 		}
 		var (
 			more         []int64

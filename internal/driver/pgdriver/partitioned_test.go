@@ -190,7 +190,7 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	recorded := func() []int64 {
 		t.Helper()
 		// The records that still count: those under the partition's fence.
-		rows, err := b.pool.Query(b.ctx, `SELECT i FROM `+pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()+` r
+		rows, err := b.pool.Query(b.ctx, `SELECT i FROM `+inFlightTable(b)+` r
 			JOIN `+parts+` p ON p.partition = r.partition AND p.owner = r.owner AND p.fence = r.fence, unnest(r.ids) i ORDER BY i`)
 		require.NoError(t, err)
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
@@ -237,11 +237,7 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	// a is a suspect: it goes alone, ahead of what came after it, and the
 	// record holds only what goes.
 	b.insertKeyed(t, "d", "e")
-	testutil.WaitFor(t, 10*time.Second, "the new events are below the horizon", func() bool {
-		var below bool
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT bool_and(txid < pg_snapshot_xmin(pg_current_snapshot())) FROM `+b.drv.Table()+` WHERE aggregate_id IN ('d', 'e')`).Scan(&below))
-		return below
-	})
+	b.waitBelowHorizon(t)
 	c = read("s")
 	require.Equal(t, []int64{a.ID}, claimIDs(c), "the suspect goes alone")
 	require.Equal(t, []int64{a.ID}, recorded())
@@ -302,7 +298,7 @@ func TestPartitionReadKeepsWithinByteBudget(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, keysOf(c), "a prefix in key order within 2,500 bytes")
 	var recorded []int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(array_agg(i ORDER BY i), '{}') FROM `+
-		pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()+` r, unnest(r.ids) i`).Scan(&recorded))
+		inFlightTable(b)+` r, unnest(r.ids) i`).Scan(&recorded))
 	require.Equal(t, claimIDs(c), recorded, "only what goes is recorded")
 	_, err = b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", Parts: c.Parts, Fences: c.Fences}, claimIDs(c), driver.RetainDelete)
 	require.NoError(t, err)
@@ -320,11 +316,7 @@ func TestPartitionRecordingReadWaitsForATakeover(t *testing.T) {
 	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
 	require.NoError(t, err)
 	b.insertKeyed(t, "a", "b", "c")
-	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
-		var below bool
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT bool_and(txid < pg_snapshot_xmin(pg_current_snapshot())) FROM `+b.drv.Table()).Scan(&below))
-		return below
-	})
+	b.waitBelowHorizon(t)
 
 	// Another relay's round is taking every partition over, uncommitted.
 	takeover, err := b.pool.Begin(b.ctx)
@@ -354,7 +346,7 @@ func TestPartitionRecordingReadWaitsForATakeover(t *testing.T) {
 	c := <-read
 	require.Empty(t, c.Events, "the partitions changed hands during the read")
 	var records int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()+
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+inFlightTable(b)+
 		` WHERE ids IS NOT NULL`).Scan(&records))
 	require.Zero(t, records, "nothing recorded for partitions the relay lost")
 }
@@ -390,4 +382,20 @@ func TestPartitionRestartRescuesInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "the dead process's fence no longer holds")
 	require.Empty(t, balance(true).Rescue.Rescued, "counted once")
+}
+
+// waitBelowHorizon waits until every event of the table is below the
+// horizon, so that a partition read sees them.
+func (b bundle) waitBelowHorizon(t *testing.T) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+		var below bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT bool_and(txid < pg_snapshot_xmin(pg_current_snapshot())) FROM `+b.drv.Table()).Scan(&below))
+		return below
+	})
+}
+
+// inFlightTable is the schema's table of in-flight records (migration 10).
+func inFlightTable(b bundle) string {
+	return pgx.Identifier{b.drv.Schema(), "outbox_partition_in_flight"}.Sanitize()
 }
