@@ -49,17 +49,18 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 
 	// The read writes no event (readRecord writes its in-flight record).
 	// parts: the partitions this relay owns with more than $3 ms of lease
-	// left and no batch of its own in flight ($4), rotated by $5. blockers: the events of those partitions that hold
-	// their key back now (in flight under a row lease, retrying or written
-	// for later and not due), from the small partial indexes of processing
-	// and pending rows (the latter read from now on: only the events not
-	// due).
+	// left and no batch of its own in flight ($4), rotated by $5.
+	// blockers: the events of those partitions in flight under a row lease
+	// (the small partial index of processing rows).
 	// Then, partition by partition in that order, its pending due events
 	// below the horizon in key order, leaving out every event with a
-	// blocker of its key before it, and under block every event with a
-	// dead one of its key before it (a probe of outbox_events_dead_key_idx
-	// per event, so that the dead-letter queue is never read whole), up to
-	// $1 in all. The columns come straight from the partition scan's heap
+	// blocker of its key before it, every event with one of its key before
+	// it that is pending and not due (retrying, or written for later: a
+	// probe of outbox_events_key_delayed_idx per event, migration 11, so
+	// that the events scheduled ahead are never read whole), and under
+	// block every event with a dead one of its key before it (a probe of
+	// outbox_events_dead_key_idx per event, so that the dead-letter queue
+	// is never read whole), up to $1 in all. The columns come straight from the partition scan's heap
 	// fetch (no join back by primary key: one index probe per event less).
 	// What of it goes (going): all of it unless a suspect (an event in
 	// flight when a relay holding it died) is in it or its stored bytes
@@ -126,8 +127,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 ), blockers AS MATERIALIZED (
     SELECT b.aggregate_type, b.aggregate_id, b.txid, b.id
     FROM parts p JOIN ` + t + ` b ON ` + partitionExpr("b.") + ` = p.partition
-    WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon)
-      AND (b.status = 'processing' OR (b.status = 'pending' AND b.available_at > now()))
+    WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon) AND b.status = 'processing'
 ), batch AS MATERIALIZED (
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
     SELECT ` + cols + `, e.txid::text::bigint AS txid, p.partition, p.fence, now(), e.lease_expiries,
@@ -138,7 +138,13 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
       AND NOT EXISTS (SELECT FROM blockers b
                       WHERE b.aggregate_id = e.aggregate_id
                         AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
-                        AND (b.txid, b.id) < (e.txid, e.id))` + dead + `
+                        AND (b.txid, b.id) < (e.txid, e.id))
+      AND NOT EXISTS (SELECT FROM ` + t + ` w
+                      WHERE coalesce(w.aggregate_type, '') = coalesce(e.aggregate_type, '')
+                        AND w.aggregate_id = e.aggregate_id
+                        AND w.status = 'pending' AND w.aggregate_id IS NOT NULL
+                        AND w.available_at > w.created_at AND w.available_at > now()
+                        AND (w.txid, w.id) < (e.txid, e.id))` + dead + `
     ORDER BY e.txid, e.id
     LIMIT $1
 ) c

@@ -3,6 +3,7 @@ package pgdriver_test
 import (
 	"crypto/sha512"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,10 +17,11 @@ import (
 )
 
 // The partition read (also when it records its batch in flight) and its
-// mark stay on the indexes under a generic plan, on a table with processed rows, a backlog and a dead-letter queue:
-// the partition index for a partition's events, the primary key for the
-// mark; no sequential scan of the outbox table (what holds keys back comes
-// from the small partial indexes: processing, pending in the future), and
+// mark stay on the indexes under a generic plan, on a table with processed
+// rows, a backlog, events scheduled ahead and a dead-letter queue: the
+// partition index for a partition's events, the primary key for the mark;
+// no sequential scan of the outbox table; one probe of the delayed events
+// by key per event read, never every event not yet due read whole; and
 // under block one probe of the dead events by key per event read, never
 // the dead-letter queue read whole.
 func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
@@ -33,6 +35,9 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, status, attempts)
 		SELECT 'e', 'order', 'dead-' || g, '{}', 'failed', 1 FROM generate_series(1, 5000) g`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, available_at)
+		SELECT 'e', 'reminder', g::text, '{}', now() + interval '1 day' FROM generate_series(1, 20000) g`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `ANALYZE `+b.drv.Table())
 	require.NoError(t, err)
@@ -59,6 +64,8 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.Contains(t, plan, "outbox_events_partition_idx", plan)
 	require.Contains(t, plan, "outbox_events_dead_key_idx", plan, "a dead head is found by its key")
 	require.NotContains(t, plan, "outbox_events_failed_idx", plan, "the dead-letter queue is not read whole")
+	require.Contains(t, plan, "outbox_events_key_delayed_idx", plan, "an event not due before it is found by its key")
+	require.NotContains(t, plan, "outbox_events_pending_idx", plan, "the events scheduled ahead are not read whole")
 	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint", `1000, 'r', 30000, '{}', 0, 0`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan, "recording its batch leaves the read's plan as it was")
 	require.Contains(t, plan, "Update on outbox_partition_in_flight", plan)
@@ -151,6 +158,45 @@ func TestPartitionReadDeadEvents(t *testing.T) {
 	})
 	require.Equal(t, []string{"k1", "k3", "l1", "m2"}, got, "skip: the dead event holds nothing back")
 	require.Equal(t, []string{"k1", "l1", "m2"}, read(false), "block: only what comes after k's dead event waits")
+}
+
+// An event not due yet (written for later, or retrying) holds back the
+// later events of its key, not the earlier ones and not another key's; an
+// event written with a time already past is due; once the event falls
+// due, it and what waited behind it are read in order.
+func TestPartitionReadScheduledEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	// In one transaction, so in ID order: k1 due, k2 in an hour, k3 due;
+	// l1 due a second ago, l2 due; m1 in an hour, m2 due.
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, available_at)
+		VALUES ('k1', 'order', 'k', '{}', now()), ('k2', 'order', 'k', '{}', now() + interval '1 hour'),
+		       ('k3', 'order', 'k', '{}', now()), ('l1', 'order', 'l', '{}', now() - interval '1 second'),
+		       ('l2', 'order', 'l', '{}', now()), ('m1', 'order', 'm', '{}', now() + interval '1 hour'),
+		       ('m2', 'order', 'm', '{}', now())`)
+	require.NoError(t, err)
+	read := func() []string {
+		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100, MinLease: time.Second})
+		require.NoError(t, err)
+		types := make([]string, len(c.Events))
+		for i, e := range c.Events {
+			types[i] = e.EventType
+		}
+		slices.Sort(types)
+		return types
+	}
+	var got []string
+	// Other tests' open transactions hold the horizon back for a moment.
+	testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+		got = read()
+		return len(got) > 0
+	})
+	require.Equal(t, []string{"k1", "l1", "l2"}, got, "k waits behind k2, m behind m1")
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.drv.Table()+` SET available_at = now() WHERE event_type IN ('k2', 'm1')`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"k1", "k2", "k3", "l1", "l2", "m1", "m2"}, read(), "due now: read in order")
 }
 
 // A read records its batch on its partitions before the events go out;
