@@ -60,8 +60,9 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// that the events scheduled ahead are never read whole), and under
 	// block every event with a dead one of its key before it (a probe of
 	// outbox_events_dead_key_idx per event, so that the dead-letter queue
-	// is never read whole), up to $1 in all. The columns come straight from the partition scan's heap
-	// fetch (no join back by primary key: one index probe per event less).
+	// is never read whole), up to $1 in all. The columns come straight
+	// from the partition scan's heap fetch (no join back by primary key:
+	// one index probe per event less).
 	// What of it goes (going): all of it unless a suspect (an event in
 	// flight when a relay holding it died) is in it or its stored bytes
 	// (pg_column_size, as the other claims count them) pass $6 > 0 (cut);
@@ -73,8 +74,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	read := func(skip, record bool) string {
 		dead := `
       AND NOT EXISTS (SELECT FROM ` + t + ` d
-                      WHERE coalesce(d.aggregate_type, '') = coalesce(e.aggregate_type, '')
-                        AND d.aggregate_id = e.aggregate_id
+                      WHERE ` + keyMatch("d", "e") + `
                         AND d.status = 'failed' AND d.aggregate_id IS NOT NULL
                         AND (d.txid, d.id) < (e.txid, e.id)
                         AND d.dead_letter_retries <> ` + strconv.Itoa(driver.DiscardedRetries) + `)`
@@ -84,8 +84,9 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "p.lease_until")
 		// With record (migration 10), the read also writes the batch's
 		// in-flight record in the same statement, before its events go
-		// out: per partition, the IDs of what goes from it, the relay and
-		// fence it read under and the database clock. held first locks the
+		// out: per partition, the IDs of what goes from it (goes, grouped
+		// once for both the lock and the record), the relay and fence it
+		// read under and the database clock. held first locks the
 		// batch's partition rows whose lease and fence still hold (FOR KEY
 		// SHARE, in partition order: marks and renewals go on, but a
 		// takeover skips them until the record is committed, and so sees
@@ -97,18 +98,19 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		going := `(NOT (SELECT needed FROM cut) OR g.id IN (SELECT id FROM kept))`
 		recordCTE, out := ``, `batch g WHERE `+going
 		if record {
-			recordCTE = `, held AS MATERIALIZED (
+			recordCTE = `, goes AS MATERIALIZED (
+    SELECT partition, fence, array_agg(id) AS ids FROM batch g WHERE ` + going + ` GROUP BY partition, fence
+), held AS MATERIALIZED (
     SELECT p.partition, p.fence FROM ` + parts + ` p
     WHERE p.owner = $2 AND p.lease_until > now()
-      AND (p.partition, p.fence) IN (SELECT DISTINCT partition, fence FROM batch g WHERE ` + going + `)
+      AND (p.partition, p.fence) IN (SELECT partition, fence FROM goes)
     ORDER BY p.partition
     FOR KEY SHARE OF p
 ), recorded AS (
     UPDATE ` + inFlight + ` AS r SET owner = $2, fence = x.fence, ids = x.ids, recorded_at = now()
     FROM (SELECT q.partition, b.fence, b.ids FROM ` + inFlight + ` q
           JOIN held h ON h.partition = q.partition
-          JOIN (SELECT partition, fence, array_agg(id) AS ids FROM batch g WHERE ` + going + ` GROUP BY partition, fence) b
-            ON b.partition = q.partition AND b.fence = h.fence
+          JOIN goes b ON b.partition = q.partition AND b.fence = h.fence
           WHERE q.fence IS NULL OR q.fence <= b.fence
           ORDER BY q.partition
           FOR UPDATE OF q) x
@@ -140,8 +142,7 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
                         AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
                         AND (b.txid, b.id) < (e.txid, e.id))
       AND NOT EXISTS (SELECT FROM ` + t + ` w
-                      WHERE coalesce(w.aggregate_type, '') = coalesce(e.aggregate_type, '')
-                        AND w.aggregate_id = e.aggregate_id
+                      WHERE ` + keyMatch("w", "e") + `
                         AND w.status = 'pending' AND w.aggregate_id IS NOT NULL
                         AND w.available_at > w.created_at AND w.available_at > now()
                         AND (w.txid, w.id) < (e.txid, e.id))` + dead + `

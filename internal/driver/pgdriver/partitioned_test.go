@@ -307,8 +307,6 @@ func TestPartitionTakeoverRescuesInFlight(t *testing.T) {
 	require.Zero(t, got(c.Events[0].ID).Attempts)
 }
 
-// A relay that died and came back under the same relay ID within a lease
-// finds its partitions still its own: its first round takes over what it
 // A read keeps within the byte budget (stored bytes): the first event
 // always, then a prefix in key order, and it records only what goes.
 func TestPartitionReadKeepsWithinByteBudget(t *testing.T) {
@@ -397,6 +395,8 @@ func TestPartitionRecordingReadWaitsForATakeover(t *testing.T) {
 	require.Zero(t, records, "nothing recorded for partitions the relay lost")
 }
 
+// A relay that died and came back under the same relay ID within a lease
+// finds its partitions still its own: its first round takes over what it
 // had recorded in flight, as another relay's takeover would.
 func TestPartitionRestartRescuesInFlight(t *testing.T) {
 	t.Parallel()
