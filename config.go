@@ -433,3 +433,8 @@ var errStopped = errors.New("relay stopped")
 // errCircuitOpen is the result of events claimed as the sink's circuit
 // opened: they go back unpublished.
 var errCircuitOpen = errors.New("not sent: the sink is unreachable (circuit open)")
+
+// errSuspectWaits is the result of a suspect claimed while other batches
+// were in flight: it goes back unpublished, to be claimed again once
+// nothing else is in flight (relay_pipeline.go).
+var errSuspectWaits = errors.New("not sent: an event in flight when a relay died goes out with nothing else in flight")

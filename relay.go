@@ -482,18 +482,18 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		}
 		r.noteClaim(claim)
 		log.Debug("claimed", slog.Int("batch_size", n))
-		size := claimBytes(claim)
-		r.pipe.hold(size)
+		size, suspect := claimBytes(claim), holdsSuspect(claim)
+		publish := r.pipe.hold(size, suspect)
 		claimDur := time.Since(start)
 		if probe {
 			// A probe decides the circuit before anything else is claimed.
-			r.handle(ctx, claim, claimDur, probe)
-			r.pipe.done(size)
+			r.handle(ctx, claim, claimDur, probe, publish)
+			r.pipe.done(size, suspect && publish)
 			continue
 		}
 		inFlight.Go(func() {
-			defer r.pipe.done(size)
-			r.handle(ctx, claim, claimDur, false)
+			defer r.pipe.done(size, suspect && publish)
+			r.handle(ctx, claim, claimDur, false, publish)
 		})
 	}
 }
@@ -521,8 +521,10 @@ func (r *Relay) claim(ctx context.Context, probe bool) (driver.Claim, error) {
 }
 
 // handle publishes a claimed batch and settles every event's outcome; a
-// probe's batch decides the sink's circuit (relay_circuit.go).
-func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration, probe bool) {
+// probe's batch decides the sink's circuit (relay_circuit.go). A batch the
+// pipeline would not let publish (a suspect's, claimed while other batches
+// were in flight: relay_pipeline.go) goes back unpublished.
+func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Duration, probe, publish bool) {
 	events := eventsFromRows(claim.Events)
 	r.stampSource(events)
 	fence := driver.Fence{RelayID: r.cfg.RelayID, LockedUntil: claim.LockedUntil, Parts: claim.Parts, Fences: claim.Fences,
@@ -543,10 +545,10 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	defer cancel()
 	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
 
-	if unsent := r.handBack(probe); unsent != nil {
-		// Claimed while Stop was being called, or while a batch in flight
-		// found the sink down: hand the events back unpublished, with no
-		// attempt spent.
+	if unsent := r.handBack(probe, publish); unsent != nil {
+		// Claimed while Stop was being called, while a batch in flight
+		// found the sink down, or a suspect while other batches were in
+		// flight: hand the events back unpublished, with no attempt spent.
 		info.Errors = BatchError(len(events), unsent)
 		r.book.settling(fence)
 		info.Released = r.release(settleCtx, fence, ids(events))
@@ -635,15 +637,19 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 }
 
 // handBack says why a batch just claimed is not to be published: the
-// relay is stopping, or the sink's circuit opened while the claim ran
+// relay is stopping, the sink's circuit opened while the claim ran
 // (another batch in flight found the sink down, and its events may be in
-// this claim); nil to publish it. A probe's batch is published.
-func (r *Relay) handBack(probe bool) error {
+// this claim), or the pipeline would not let it publish (publish false: a
+// suspect beside other batches); nil to publish it. A probe's batch is
+// published unless the relay stops or the pipeline holds it back.
+func (r *Relay) handBack(probe, publish bool) error {
 	switch {
 	case r.isStopping():
 		return errStopped
 	case !probe && r.circuit.State() != circuit.Closed:
 		return errCircuitOpen
+	case !publish:
+		return errSuspectWaits
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/outboxkit/outbox/internal/driver"
@@ -31,16 +32,32 @@ import (
 // batch whose failures do not look like an outage (a sink's timeout, say)
 // while the batch that opens the circuit is still publishing would spend
 // attempts on an outage.
+//
+// A suspect (an event in flight when a relay died: driver.IsolateSuspect)
+// is published with nothing else in flight: the claim takes it alone, and
+// the pipeline holds no other batch beside it, so that if it kills this
+// relay too, the expiry of the leases it leaves is charged to it alone and
+// not to the batches that happened to be in flight with it. While a
+// suspect's batch is in flight nothing more is claimed. A suspect claimed
+// while other batches are in flight goes back unpublished, with no attempt
+// spent (errSuspectWaits), and the next claim waits until nothing is in
+// flight: it takes the suspect again, alone. The claim that decides it
+// counts as in flight from the moment it starts (claiming), so two claim
+// loops never both claim "alone".
 
 // pipeline is the relay's count of batches and bytes in flight.
 type pipeline struct {
 	slots  chan struct{} // one token per batch the relay may hold
 	budget int64         // MaxInFlightBytes
 
-	mu      sync.Mutex
-	bytes   int64         // payload and header bytes of the batches held
-	busy    int           // batches claimed and not yet settled
-	changed chan struct{} // closed and replaced whenever a batch settles
+	mu       sync.Mutex
+	bytes    int64         // payload and header bytes of the batches held
+	busy     int           // batches claimed and not yet settled
+	claiming int           // claims under way: slots acquired, no batch held yet
+	suspect  bool          // a suspect's batch is in flight
+	alone    bool          // a suspect went back: the next claim waits for an empty pipeline
+	solo     bool          // the one claim under way was let in on an empty pipeline, to be alone
+	changed  chan struct{} // closed and replaced whenever a batch settles or a claim ends
 }
 
 func newPipeline(batches, budget int) *pipeline {
@@ -52,9 +69,10 @@ func newPipeline(batches, budget int) *pipeline {
 }
 
 // acquire takes a slot for the next claim, waiting until one is free and
-// the bytes held are under the budget, and, while alone reports true, until
-// no other batch is in flight. It returns false, holding nothing, when stop
-// is closed first.
+// the bytes held are under the budget, and, while alone reports true, a
+// suspect is in flight or one went back, until nothing else is in flight
+// or being claimed. It returns false, holding nothing, when stop is closed
+// first.
 func (p *pipeline) acquire(stop <-chan struct{}, alone func() bool) bool {
 	select {
 	case <-p.slots:
@@ -63,7 +81,12 @@ func (p *pipeline) acquire(stop <-chan struct{}, alone func() bool) bool {
 	}
 	for {
 		p.mu.Lock()
-		ok, changed := p.bytes < p.budget && (p.busy == 0 || !alone()), p.changed
+		empty, single := p.busy+p.claiming == 0, p.suspect || p.alone || p.solo || alone()
+		ok, changed := p.bytes < p.budget && (empty || !single), p.changed
+		if ok {
+			p.claiming++
+			p.solo = p.solo || empty && single
+		}
 		p.mu.Unlock()
 		if ok {
 			return true
@@ -78,26 +101,62 @@ func (p *pipeline) acquire(stop <-chan struct{}, alone func() bool) bool {
 }
 
 // giveBack returns a slot whose claim brought no batch.
-func (p *pipeline) giveBack() { p.slots <- struct{}{} }
-
-// hold records a claimed batch of n bytes in the slot just acquired.
-func (p *pipeline) hold(n int64) {
+func (p *pipeline) giveBack() {
 	p.mu.Lock()
+	p.claimed()
+	p.signal()
+	p.mu.Unlock()
+	p.slots <- struct{}{}
+}
+
+// hold records a claimed batch of n bytes in the slot just acquired, and
+// reports whether the batch may be published: a batch holding a suspect
+// may be only when nothing else is in flight or being claimed; otherwise
+// it must go back unpublished, and the next claim waits for an empty
+// pipeline. The batch is held either way, until done.
+func (p *pipeline) hold(n int64, suspect bool) (publish bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.claimed()
+	publish = !suspect || p.busy+p.claiming == 0
+	switch {
+	case !publish:
+		p.alone = true
+	case suspect:
+		p.suspect = true
+	}
 	p.bytes += n
 	p.busy++
-	p.mu.Unlock()
+	return publish
 }
 
 // done records that a held batch of n bytes is settled, and gives back its
-// slot.
-func (p *pipeline) done(n int64) {
+// slot; suspect is whether it was published as a suspect's batch.
+func (p *pipeline) done(n int64, suspect bool) {
 	p.mu.Lock()
 	p.bytes -= n
 	p.busy--
-	close(p.changed)
-	p.changed = make(chan struct{})
+	if suspect {
+		p.suspect = false
+	}
+	p.signal()
 	p.mu.Unlock()
 	p.slots <- struct{}{}
+}
+
+// claimed ends a claim under way; the one let in alone satisfies a
+// suspect that went back. p.mu is held.
+func (p *pipeline) claimed() {
+	p.claiming--
+	if p.solo {
+		p.solo, p.alone = false, false
+	}
+}
+
+// signal wakes the acquires waiting for a change; p.mu is held.
+func (p *pipeline) signal() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 // claimBytes is the payload and header bytes of a claimed batch: what it
@@ -108,4 +167,9 @@ func claimBytes(c driver.Claim) int64 {
 		n += int64(len(c.Events[i].Payload) + len(c.Events[i].Headers))
 	}
 	return n
+}
+
+// holdsSuspect reports whether a claimed batch holds a suspect.
+func holdsSuspect(c driver.Claim) bool {
+	return slices.ContainsFunc(c.Events, func(e driver.Event) bool { return e.LeaseExpiries > 0 })
 }

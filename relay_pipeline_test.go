@@ -220,3 +220,82 @@ func TestRelayOrderedPipelineHoldsAKeysLaterBatch(t *testing.T) {
 	acked := sink.ackedIDs()
 	require.Less(t, slices.Index(acked, k1), slices.Index(acked, k2), "k's events acknowledged in order")
 }
+
+// overlapSink takes a while over every publish and records, for each
+// suspect (an event with a lease expiry on record), whether any other
+// publish ran while it was published.
+type overlapSink struct {
+	mu        sync.Mutex
+	running   int           // publishes under way
+	suspect   bool          // one of them holds a suspect
+	batches   map[int64]int // the size of the batch each suspect went in
+	overlaps  []int64       // suspects published beside another batch
+	published map[int64]int // publishes per event
+}
+
+func (s *overlapSink) Publish(_ context.Context, events []outbox.Event) []error {
+	var suspects []int64
+	for _, e := range events {
+		if e.LeaseExpiries > 0 {
+			suspects = append(suspects, e.ID)
+		}
+	}
+	s.mu.Lock()
+	s.running++
+	if len(suspects) > 0 {
+		if s.running > 1 {
+			s.overlaps = append(s.overlaps, suspects...)
+		}
+		s.suspect = true
+		for _, id := range suspects {
+			s.batches[id] = len(events)
+		}
+	} else if s.suspect {
+		s.overlaps = append(s.overlaps, -1) // a batch started beside a suspect
+	}
+	for _, e := range events {
+		s.published[e.ID]++
+	}
+	s.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	s.mu.Lock()
+	s.running--
+	if len(suspects) > 0 {
+		s.suspect = false
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// A suspect is published with nothing else in flight, so that if it kills
+// the relay again the lease expiries are charged to it alone: the claim
+// takes it alone, the pipeline holds no other batch beside it, and one
+// claimed while other batches are in flight goes back unpublished and is
+// claimed again once they settled. Two claim loops and four batches in
+// flight keep the pipeline full around the suspects.
+func TestRelayPipelinePublishesASuspectAlone(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	ids := b.write(t, 60, nil)
+	suspects := []int64{ids[17], ids[18], ids[41]}
+	_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+` SET attempts = 1, lease_expiries = 1 WHERE id = ANY($1)`, suspects)
+	require.NoError(t, err)
+	sink := &overlapSink{batches: map[int64]int{}, published: map[int64]int{}}
+	b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 5, Workers: 2, MaxInFlight: 4})
+	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 60 })
+
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Empty(t, sink.overlaps, "suspects published beside other batches (-1: a batch started beside a suspect)")
+	for _, id := range suspects {
+		require.Equal(t, 1, sink.batches[id], "suspect %d is published alone", id)
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, sink.published[id], "event %d published once", id)
+	}
+	for _, id := range suspects {
+		e, err := b.mgr.Event(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, 1, e.Attempts, "suspect %d: going back unpublished spends no attempt", id)
+	}
+}

@@ -162,7 +162,7 @@ func buildOrderedQueries(t string, skip bool) orderedQueries {
             UNION ALL
             SELECT id, h, n FROM cut
         ) u` + cut + `
-), claimed (ord, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12) AS (
+), claimed (ord, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13) AS (
     UPDATE ` + t + ` AS e
     SET status = 'processing', locked_by = $2,
         locked_until = now() + $3::bigint * interval '1 millisecond', updated_at = now()
@@ -170,7 +170,7 @@ func buildOrderedQueries(t string, skip bool) orderedQueries {
     WHERE e.id = pick.id
     RETURNING pick.ord, ` + claimColumns + `
 )
-SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 FROM claimed ORDER BY ord`
+SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 FROM claimed ORDER BY ord`
 	}
 	// The first try looks for heads among the first due pending events
 	// only (orderedWindow times the batch size, read from

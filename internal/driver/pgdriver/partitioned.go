@@ -132,7 +132,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
     WHERE b.aggregate_id IS NOT NULL AND b.txid < (SELECT x FROM horizon) AND b.status = 'processing'
 ), batch AS MATERIALIZED (
 SELECT c.* FROM parts p CROSS JOIN LATERAL (
-    SELECT ` + cols + `, e.txid::text::bigint AS txid, p.partition, p.fence, now(), e.lease_expiries,
+    SELECT ` + cols + `, e.txid::text::bigint AS txid, p.partition, p.fence, now(),
            pg_column_size(e.payload) + pg_column_size(e.headers) AS size
     FROM ` + t + ` e
     WHERE ` + pe + ` = p.partition AND e.status = 'pending'
@@ -382,23 +382,21 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		ev   driver.Event
 	}
 	var (
-		out      []keyed
-		txid     int64
-		part     int32
-		fence    int64
-		dbNow    time.Time
-		expiries int
-		size     int64 // the byte budget's measure, applied by the read
-		claim    driver.Claim
-		fenceOf  = map[int32]int64{}
+		out     []keyed
+		txid    int64
+		part    int32
+		fence   int64
+		dbNow   time.Time
+		size    int64 // the byte budget's measure, applied by the read
+		claim   driver.Claim
+		fenceOf = map[int32]int64{}
 	)
-	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &expiries, &size)
+	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size)
 	for rows.Next() {
 		ev, err := sc.scan(rows, p.RelayID)
 		if err != nil {
 			return driver.Claim{}, wrap(err)
 		}
-		ev.LeaseExpiries = expiries
 		out = append(out, keyed{txid: txid, ev: ev})
 		if _, ok := fenceOf[part]; !ok {
 			fenceOf[part] = fence

@@ -33,12 +33,14 @@ func eventColumns(prefix string) string {
 	return strings.Join(cols, ", ")
 }
 
-// claimColumns is what a claim returns: what a sink needs and the lease,
-// nothing the relay already knows (status, locked_by) or does not use. A
-// claim returns every row it leases, so each column costs at full rate.
+// claimColumns is what a claim returns: what a sink needs, the lease and
+// the lease expiries (the relay publishes a suspect with nothing else in
+// flight), nothing the relay already knows (status, locked_by) or does not
+// use. A claim returns every row it leases, so each column costs at full
+// rate.
 const claimColumns = `e.id, e.event_type, coalesce(e.aggregate_type, ''), coalesce(e.aggregate_id, ''), e.payload,
     e.headers, coalesce(e.idempotency_key, ''), e.attempts, coalesce(e.max_attempts, 0), e.available_at,
-    e.locked_until, e.created_at`
+    e.locked_until, e.created_at, e.lease_expiries`
 
 func buildQueries(t string) queries {
 	var q queries

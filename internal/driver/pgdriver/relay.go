@@ -218,7 +218,7 @@ type claimScanner struct {
 func newClaimScanner(extra ...any) *claimScanner {
 	s := &claimScanner{}
 	s.dest = append([]any{&s.e.ID, &s.eventType, &s.aggType, &s.aggID, &s.payload, &s.headers,
-		&s.idemKey, &s.e.Attempts, &s.e.MaxAttempts, &s.e.AvailableAt, &s.e.LockedUntil, &s.e.CreatedAt}, extra...)
+		&s.idemKey, &s.e.Attempts, &s.e.MaxAttempts, &s.e.AvailableAt, &s.e.LockedUntil, &s.e.CreatedAt, &s.e.LeaseExpiries}, extra...)
 	return s
 }
 
@@ -232,7 +232,7 @@ func (s *claimScanner) scan(rows pgx.Rows, relayID string) (driver.Event, error)
 		EventType: s.mem.string(s.eventType), AggregateType: s.mem.string(s.aggType), AggregateID: s.mem.string(s.aggID),
 		Payload: s.mem.bytes(s.payload), IdempotencyKey: s.mem.string(s.idemKey),
 		Attempts: e.Attempts, MaxAttempts: e.MaxAttempts,
-		AvailableAt: e.AvailableAt, LockedUntil: e.LockedUntil, CreatedAt: e.CreatedAt}
+		AvailableAt: e.AvailableAt, LockedUntil: e.LockedUntil, CreatedAt: e.CreatedAt, LeaseExpiries: e.LeaseExpiries}
 	var err error
 	if ev.Headers, err = driver.DecodeHeaders(s.headers); err != nil {
 		return driver.Event{}, fmt.Errorf("event %d: %w", ev.ID, err)
