@@ -31,10 +31,12 @@ type Relay struct {
 	// events trickle in the loops take turns instead of each claiming on
 	// its own timer. next and nextWakeable, read and written only by the
 	// loop holding the turn, say when that claim may run and whether a
-	// wake-up may bring it forward.
+	// wake-up may bring it forward; heldReads, the same way, counts the
+	// reads in a row that found only events the horizon held back.
 	turn         chan struct{}
 	next         time.Time
 	nextWakeable bool
+	heldReads    int
 
 	batchHooks   []HookBatch
 	deadHooks    []HookDeadLetter
@@ -88,6 +90,16 @@ type Relay struct {
 // a fraction of the round trips (and of the writers' lost throughput) that a
 // claim per commit would cost.
 const trailingClaimDelay = 5 * time.Millisecond
+
+// heldReadDelay is how soon an ordered relay reads again after a read that
+// found no event but committed events the horizon held back
+// (driver.Claim.Held), doubling on every such read in a row, up to
+// maxHeldShift times and never later than the poll.
+const heldReadDelay = time.Millisecond
+
+// maxHeldShift caps the doubling of heldReadDelay (1 ms << 10 is about a
+// second).
+const maxHeldShift = 10
 
 // maxErrorLen bounds last_error so a sink that returns a whole HTTP body
 // cannot bloat the table.
@@ -443,9 +455,20 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		n := len(claim.Events)
 		full = err == nil && n == r.cfg.BatchSize
 		if holding {
+			if !claim.Held {
+				r.heldReads = 0
+			}
 			switch {
 			case err != nil || full:
 				r.next = time.Time{}
+			case claim.Held:
+				// An ordered read found nothing but committed events an
+				// older transaction still held back: it ends within
+				// milliseconds as a rule, and nothing else would wake the
+				// relay when it does, so read again soon, backing off
+				// while it keeps running, and at the latest at the poll.
+				r.next, r.nextWakeable = time.Now().Add(min(heldReadDelay<<r.heldReads, r.cfg.PollInterval)), true
+				r.heldReads = min(r.heldReads+1, maxHeldShift)
 			case n > 0:
 				// Events are flowing: claim again shortly, which also picks
 				// up what writers committed without a wake-up of their own.

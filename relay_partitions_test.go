@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/outboxtest"
 )
 
 // timedSink is an orderSink that records when each event was first
@@ -151,4 +152,27 @@ func TestRelayOrderedPartitionsRebalance(t *testing.T) {
 	sink.mu.Unlock()
 	t.Logf("%d events, longest wait from commit to first acknowledgement %v", total, worst)
 	require.Less(t, worst, lease, "no stall as long as a lease")
+}
+
+// An ordered relay whose read found nothing but a committed event that an
+// older transaction held back reads again within milliseconds, not at its
+// next poll: with no wake-up and a poll interval of a minute, the event
+// goes out as soon as the older transaction has ended.
+func TestRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	older, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = older.Rollback(b.ctx) }()
+	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	b.write(t, 1, func(_ int, m *outbox.Message) { m.AggregateID = "k" })
+	sink := outboxtest.NewRecorder()
+	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, PollInterval: time.Minute})
+	// The relay reads at once, and again while the older transaction
+	// holds the event back.
+	time.Sleep(300 * time.Millisecond)
+	require.Zero(t, sink.Len(), "read while an older transaction ran")
+	require.NoError(t, older.Commit(b.ctx))
+	sink.WaitLen(t, 1, 10*time.Second)
 }

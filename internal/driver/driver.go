@@ -150,6 +150,10 @@ type Claim struct {
 	// InFlight: the read recorded the batch on its partitions as in flight
 	// (PartitionClaimParams.RecordInFlight).
 	InFlight bool
+	// Held: a partition read found no event, and left committed events of
+	// the relay's partitions out because an older transaction was still
+	// running (its horizon); they are likely readable within milliseconds.
+	Held bool
 }
 
 // Fence identifies the lease a mark must still hold to take effect: the

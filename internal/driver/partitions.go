@@ -84,7 +84,9 @@ type PartitionClaimer interface {
 	// of, every earlier event of the key is finished or in the batch
 	// before them. The events come back in (txid, id) order, cut before
 	// the first suspect (an event with a lease expiry on record), or that
-	// suspect alone when it comes first, and within MaxBytes.
+	// suspect alone when it comes first, and within MaxBytes. A read with
+	// no event says whether committed events were left out for the horizon
+	// (Claim.Held).
 	ReadPartitions(ctx context.Context, p PartitionClaimParams) (Claim, error)
 	// BalancePartitions renews, releases and acquires the relay's
 	// partitions, rescues what was in flight on the partitions it took

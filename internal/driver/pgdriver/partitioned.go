@@ -38,8 +38,15 @@ type partitionQueries struct {
 	// relay's adoption of its own.
 	clearInFlight                   string
 	balanceInFlight, rescueInFlight string
+	held                            string
 	adoptInFlight                   string
 }
+
+// heldAge is how far back an empty partition read looks for committed
+// events its horizon left out: such events were written moments ago,
+// and the pending index still holds, until a vacuum, an entry for every
+// event processed since, which the probe steps over.
+const heldAge = time.Second
 
 func buildPartitionQueries(schema, t string) partitionQueries {
 	var q partitionQueries
@@ -70,6 +77,19 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// the first event always and the next ones while no suspect has come
 	// and the bytes stay within $6 (kept). A suspect therefore goes alone,
 	// or is left for the next read behind the events before it.
+	// The read returns its events, each with the horizon it read below,
+	// or, when it has none, one row of NULLs with the horizon; held then
+	// asks whether the horizon left committed events of the relay's
+	// partitions out ($1 the horizon; $2 relay, $3 busy partitions, as
+	// the read): pending, due and written within heldAge, a range of
+	// outbox_events_pending_idx, where an event whose transaction ended
+	// while an older one still ran is found.
+	q.held = `SELECT EXISTS (SELECT FROM ` + t + ` e
+    WHERE e.status = 'pending' AND e.available_at <= now()
+      AND e.available_at > now() - ` + strconv.Itoa(int(heldAge.Milliseconds())) + ` * interval '1 millisecond'
+      AND e.txid >= $1::bigint::text::xid8
+      AND ` + pe + ` IN (SELECT partition FROM ` + parts + `
+                          WHERE owner = $2 AND lease_until > now() AND partition <> ALL($3::int[])))`
 	inFlight := pgx.Identifier{schema, "outbox_partition_in_flight"}.Sanitize()
 	read := func(skip, record bool) string {
 		dead := `
@@ -162,7 +182,8 @@ LIMIT $1
         FROM batch WINDOW w AS (ORDER BY txid, id)) k
     WHERE n = 1 OR (suspects = 0 AND ($6::bigint <= 0 OR bytes <= $6::bigint))
 )` + recordCTE + `
-SELECT * FROM ` + out
+SELECT g.*, (SELECT x FROM horizon)::text::bigint AS horizon
+FROM (SELECT) one LEFT JOIN (SELECT * FROM ` + out + `) g ON true`
 	}
 	q.read = [2]string{read(false, false), read(true, false)}
 	q.readRecord = [2]string{read(false, true), read(true, true)}
@@ -391,8 +412,18 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		claim   driver.Claim
 		fenceOf = map[int32]int64{}
 	)
-	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size)
+	var horizon int64
+	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size, &horizon)
+	var none []any // the row of a read without events: its horizon alone
 	for rows.Next() {
+		if rows.RawValues()[0] == nil {
+			none = make([]any, len(sc.dest))
+			none[len(none)-1] = &horizon
+			if err := rows.Scan(none...); err != nil {
+				return driver.Claim{}, wrap(err)
+			}
+			continue
+		}
 		ev, err := sc.scan(rows, p.RelayID)
 		if err != nil {
 			return driver.Claim{}, wrap(err)
@@ -411,7 +442,9 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		return driver.Claim{}, wrap(err)
 	}
 	if len(out) == 0 {
-		return driver.Claim{}, nil
+		// Nothing to publish: ask whether the horizon held events back.
+		err := d.pool.QueryRow(ctx, d.parts.held, horizon, p.RelayID, busy).Scan(&claim.Held)
+		return driver.Claim{Held: claim.Held}, wrap(err)
 	}
 	// Key order is (txid, id): sorting the batch by it keeps every key's
 	// events in order.

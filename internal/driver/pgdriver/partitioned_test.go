@@ -160,6 +160,49 @@ func TestPartitionReadDeadEvents(t *testing.T) {
 	require.Equal(t, []string{"k1", "l1", "m2"}, read(false), "block: only what comes after k's dead event waits")
 }
 
+// A read that finds no event says whether the horizon held committed
+// events of its partitions back (an older transaction still ran), so that
+// the relay reads again soon; once the older transaction ended, the held
+// event is read.
+func TestPartitionReadReportsHeldEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	read := func() driver.Claim {
+		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100, MinLease: time.Second})
+		require.NoError(t, err)
+		return c
+	}
+	c := read()
+	require.Empty(t, c.Events)
+	require.False(t, c.Held, "nothing to hold back")
+
+	// An older transaction runs while a younger one commits k's event.
+	older, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = older.Rollback(b.ctx) }()
+	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	b.insertKeyed(t, "k")
+	c = read()
+	require.Empty(t, c.Events, "k waits for the older transaction")
+	require.True(t, c.Held, "the read says k was held back")
+	// Another relay's partitions are not this relay's concern.
+	c2, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "s", BatchSize: 100, MinLease: time.Second})
+	require.NoError(t, err)
+	require.False(t, c2.Held, "a relay without partitions holds nothing back")
+
+	require.NoError(t, older.Commit(b.ctx))
+	// Other tests' open transactions hold the horizon back for a moment.
+	testutil.WaitFor(t, 10*time.Second, "k is below the horizon", func() bool {
+		c = read()
+		return len(c.Events) == 1
+	})
+	require.Equal(t, []string{"k"}, keysOf(c))
+	require.False(t, c.Held)
+}
+
 // An event not due yet (written for later, or retrying) holds back the
 // later events of its key, not the earlier ones and not another key's; an
 // event written with a time already past is due; once the event falls
