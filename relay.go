@@ -94,7 +94,7 @@ const trailingClaimDelay = 5 * time.Millisecond
 // heldReadDelay is how soon an ordered relay reads again after a read that
 // found no event but committed events the horizon held back
 // (driver.Claim.Held), doubling on every such read in a row, up to
-// maxHeldShift times and never later than the poll.
+// maxHeldShift times (about a second) and never later than the poll.
 const heldReadDelay = time.Millisecond
 
 // maxHeldShift caps the doubling of heldReadDelay (1 ms << 10 is about a
@@ -505,7 +505,13 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		}
 		r.noteClaim(claim)
 		log.Debug("claimed", slog.Int("batch_size", n))
-		size, suspect := claimBytes(claim), holdsSuspect(claim)
+		// A suspect goes out with nothing else in flight in the row-lease
+		// modes (relay_pipeline.go). A probe is published as it is: it
+		// decides the circuit, and the loops waiting for that may already
+		// count as claiming. A partition read is not held back either: the
+		// next read starts on another partition, so a suspect sent back
+		// could wait for as long as a backlog lasts, its key with it.
+		size, suspect := claimBytes(claim), r.parts == nil && !probe && holdsSuspect(claim)
 		publish := r.pipe.hold(size, suspect)
 		claimDur := time.Since(start)
 		if probe {

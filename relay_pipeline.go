@@ -33,17 +33,20 @@ import (
 // while the batch that opens the circuit is still publishing would spend
 // attempts on an outage.
 //
-// A suspect (an event in flight when a relay died: driver.IsolateSuspect)
-// is published with nothing else in flight: the claim takes it alone, and
-// the pipeline holds no other batch beside it, so that if it kills this
+// In the row-lease modes a suspect (an event in flight when a relay died:
+// driver.IsolateSuspect) is published with nothing else in flight: the
+// claim takes it alone, and the pipeline holds no other batch beside it, so that if it kills this
 // relay too, the expiry of the leases it leaves is charged to it alone and
 // not to the batches that happened to be in flight with it. While a
 // suspect's batch is in flight nothing more is claimed. A suspect claimed
 // while other batches are in flight goes back unpublished, with no attempt
 // spent (errSuspectWaits), and the next claim waits until nothing is in
-// flight: it takes the suspect again, alone. The claim that decides it
-// counts as in flight from the moment it starts (claiming), so two claim
-// loops never both claim "alone".
+// flight: it takes the suspect again, alone (a released row keeps its
+// place at the head of the claim order). A loop counts as claiming from
+// the moment it has its slot (claiming), waits for the light-traffic turn
+// included, so two claim loops never both claim "alone"; with Workers > 1
+// a suspect is therefore often sent back once. A probe's batch and a
+// partition read are published as they are (claimLoop).
 
 // pipeline is the relay's count of batches and bytes in flight.
 type pipeline struct {
@@ -69,11 +72,12 @@ func newPipeline(batches, budget int) *pipeline {
 }
 
 // acquire takes a slot for the next claim, waiting until one is free and
-// the bytes held are under the budget, and, while alone reports true, a
-// suspect is in flight or one went back, until nothing else is in flight
-// or being claimed. It returns false, holding nothing, when stop is closed
-// first.
-func (p *pipeline) acquire(stop <-chan struct{}, alone func() bool) bool {
+// the bytes held are under the budget. While unproven reports true (the
+// sink has not delivered since the relay started or its circuit opened),
+// while a suspect is in flight and after one went back, it also waits
+// until nothing else is in flight or being claimed. It returns false,
+// holding nothing, when stop is closed first.
+func (p *pipeline) acquire(stop <-chan struct{}, unproven func() bool) bool {
 	select {
 	case <-p.slots:
 	case <-stop:
@@ -81,7 +85,7 @@ func (p *pipeline) acquire(stop <-chan struct{}, alone func() bool) bool {
 	}
 	for {
 		p.mu.Lock()
-		empty, single := p.busy+p.claiming == 0, p.suspect || p.alone || p.solo || alone()
+		empty, single := p.busy+p.claiming == 0, p.suspect || p.alone || p.solo || unproven()
 		ok, changed := p.bytes < p.budget && (empty || !single), p.changed
 		if ok {
 			p.claiming++
@@ -127,6 +131,7 @@ func (p *pipeline) hold(n int64, suspect bool) (publish bool) {
 	}
 	p.bytes += n
 	p.busy++
+	p.signal() // a claim ended: the ones waiting for a solo claim may go
 	return publish
 }
 

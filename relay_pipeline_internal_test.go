@@ -72,11 +72,16 @@ func TestPipelineIsolatesSuspects(t *testing.T) {
 	requireWaiting(t, other, "a claim went in beside the one claiming alone")
 	require.True(t, p.hold(1, true), "the suspect claimed alone is published")
 
-	// While the suspect is in flight nothing is claimed.
+	// While the suspect is in flight nothing is claimed: neither the claim
+	// that waited (hold woke it) nor a new one.
+	fresh := acquireAsync(p, stop)
 	requireWaiting(t, other, "a claim went in beside a suspect in flight")
+	requireWaiting(t, fresh, "a new claim went in beside a suspect in flight")
 	p.done(1, true)
 	requireAcquired(t, other, "the suspect settled and no claim went in")
+	requireAcquired(t, fresh, "the suspect settled and no new claim went in")
 	require.True(t, p.hold(10, false))
+	p.giveBack()
 
 	// An ordinary batch claimed beside others is published; so is a claim
 	// under way with batches in flight.

@@ -304,7 +304,7 @@ func (m *Metrics) OnBatch(_ context.Context, b outbox.BatchInfo) {
 	m.dead.Add(float64(b.Dead))
 	m.released.Add(float64(b.Released))
 	if b.PublishedAt.IsZero() {
-		return // released before publishing: the relay was stopping
+		return // released before publishing: the relay was stopping, the sink's circuit opened, or a suspect waits
 	}
 	m.publishDur.Observe(b.PublishDuration.Seconds())
 	m.markDur.Observe(b.MarkDuration.Seconds())

@@ -655,8 +655,12 @@ func testSuspectIsClaimedAlone(t *testing.T, h Harness) {
 	b.db.SetTime(t, b.db.Table, "available_at", -time.Hour, ids[1], ids[2])
 	b.db.SetTime(t, b.db.Table, "available_at", -time.Minute, ids[0])
 
-	require.Equal(t, ids[:1], claimIDs(b.claim(t, "r", 10, time.Minute)), "the suspect alone")
-	require.Equal(t, ids[1:], claimIDs(b.claim(t, "r", 10, time.Minute)), "the rest as a batch")
+	c = b.claim(t, "r", 10, time.Minute)
+	require.Equal(t, ids[:1], claimIDs(c), "the suspect alone")
+	require.Equal(t, 1, c.Events[0].LeaseExpiries, "a claim says it is a suspect (the relay publishes it with nothing else in flight)")
+	c = b.claim(t, "r", 10, time.Minute)
+	require.Equal(t, ids[1:], claimIDs(c), "the rest as a batch")
+	require.Zero(t, c.Events[0].LeaseExpiries)
 
 	// Requeueing resets the record with the attempts.
 	b.db.SetTime(t, b.db.Table, "locked_until", -time.Second)

@@ -200,7 +200,20 @@ func TestPartitionReadReportsHeldEvents(t *testing.T) {
 		return len(c.Events) == 1
 	})
 	require.Equal(t, []string{"k"}, keysOf(c))
-	require.False(t, c.Held)
+	n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", Parts: c.Parts, Fences: c.Fences}, claimIDs(c), driver.RetainProcessed)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	// An event left out for another reason (an event of its key before it
+	// is not due) is not held back by the horizon once below it.
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, available_at)
+		VALUES ('d1', 'order', 'd', '{}', now() + interval '1 hour'), ('d2', 'order', 'd', '{}', now())`)
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, "d2 is below the horizon", func() bool {
+		c = read()
+		require.Empty(t, c.Events, "d2 waits behind d1")
+		return !c.Held
+	})
 }
 
 // An event not due yet (written for later, or retrying) holds back the
