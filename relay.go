@@ -517,11 +517,11 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		if probe {
 			// A probe decides the circuit before anything else is claimed.
 			r.handle(ctx, claim, claimDur, probe, publish)
-			r.pipe.done(size, suspect && publish)
+			r.pipe.done(size)
 			continue
 		}
 		inFlight.Go(func() {
-			defer r.pipe.done(size, suspect && publish)
+			defer r.pipe.done(size)
 			r.handle(ctx, claim, claimDur, false, publish)
 		})
 	}
@@ -670,7 +670,7 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 // (another batch in flight found the sink down, and its events may be in
 // this claim), or the pipeline would not let it publish (publish false: a
 // suspect beside other batches); nil to publish it. A probe's batch is
-// published unless the relay stops or the pipeline holds it back.
+// published unless the relay stops (the pipeline never holds one back).
 func (r *Relay) handBack(probe, publish bool) error {
 	switch {
 	case r.isStopping():

@@ -153,7 +153,7 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 		MinLease: r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip,
 		MaxBytes: int64(r.cfg.MaxBatchBytes), RecordInFlight: p.inFlight})
 	if err != nil || len(claim.Events) == 0 {
-		return driver.Claim{Held: claim.Held}, err
+		return claim, err // nothing read: at most Held
 	}
 	deadline := start.Add(claim.Lease - leaseMargin(r.cfg.Lease))
 	p.mu.Lock()

@@ -136,14 +136,13 @@ func (p *pipeline) hold(n int64, suspect bool) (publish bool) {
 }
 
 // done records that a held batch of n bytes is settled, and gives back its
-// slot; suspect is whether it was published as a suspect's batch.
-func (p *pipeline) done(n int64, suspect bool) {
+// slot. A suspect's batch in flight is the only batch held, so the
+// pipeline emptying ends it.
+func (p *pipeline) done(n int64) {
 	p.mu.Lock()
 	p.bytes -= n
 	p.busy--
-	if suspect {
-		p.suspect = false
-	}
+	p.suspect = p.suspect && p.busy > 0
 	p.signal()
 	p.mu.Unlock()
 	p.slots <- struct{}{}

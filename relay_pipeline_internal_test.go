@@ -62,9 +62,9 @@ func TestPipelineIsolatesSuspects(t *testing.T) {
 	// The next claim waits until both settled.
 	next := acquireAsync(p, stop)
 	requireWaiting(t, next, "claimed beside the batch that went back")
-	p.done(1, false)
+	p.done(1)
 	requireWaiting(t, next, "claimed beside a batch in flight")
-	p.done(10, false)
+	p.done(10)
 	requireAcquired(t, next, "the pipeline emptied and no claim went in")
 
 	// That claim is alone: another waits until it holds its batch.
@@ -77,7 +77,7 @@ func TestPipelineIsolatesSuspects(t *testing.T) {
 	fresh := acquireAsync(p, stop)
 	requireWaiting(t, other, "a claim went in beside a suspect in flight")
 	requireWaiting(t, fresh, "a new claim went in beside a suspect in flight")
-	p.done(1, true)
+	p.done(1)
 	requireAcquired(t, other, "the suspect settled and no claim went in")
 	requireAcquired(t, fresh, "the suspect settled and no new claim went in")
 	require.True(t, p.hold(10, false))
@@ -89,8 +89,8 @@ func TestPipelineIsolatesSuspects(t *testing.T) {
 	p.giveBack()
 	require.True(t, p.acquire(stop, never))
 	require.True(t, p.hold(10, false))
-	p.done(10, false)
-	p.done(10, false)
+	p.done(10)
+	p.done(10)
 }
 
 // A suspect claimed while another claim is under way (a second claim
@@ -103,8 +103,8 @@ func TestPipelineSendsBackASuspectBesideAClaim(t *testing.T) {
 	require.True(t, p.acquire(stop, never))
 	require.False(t, p.hold(1, true))
 	p.giveBack()
-	p.done(1, false)
+	p.done(1)
 	require.True(t, p.acquire(stop, never))
 	require.True(t, p.hold(1, true), "claimed again with nothing else in flight")
-	p.done(1, true)
+	p.done(1)
 }

@@ -409,10 +409,10 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		fence   int64
 		dbNow   time.Time
 		size    int64 // the byte budget's measure, applied by the read
+		horizon int64 // the read's, on every row
 		claim   driver.Claim
 		fenceOf = map[int32]int64{}
 	)
-	var horizon int64
 	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size, &horizon)
 	var none []any // the row of a read without events: its horizon alone
 	for rows.Next() {
@@ -446,9 +446,9 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		// answer is a hint: if asking fails, the read still succeeded, and
 		// the relay reads again at its usual pace.
 		if err := d.pool.QueryRow(ctx, d.parts.held, horizon, p.RelayID, busy).Scan(&claim.Held); err != nil {
-			return driver.Claim{}, nil
+			claim.Held = false
 		}
-		return driver.Claim{Held: claim.Held}, nil
+		return claim, nil
 	}
 	// Key order is (txid, id): sorting the batch by it keeps every key's
 	// events in order.
