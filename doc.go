@@ -183,8 +183,10 @@
 //
 // After a full batch a relay claims again at once, and 5ms after a short one
 // (a trailing claim that wake-ups do not cut short, so a busy relay claims
-// every few milliseconds rather than once per commit); after an empty claim
-// it sleeps PollInterval. Until a claim fills a batch the relay's workers
+// every few milliseconds rather than once per commit); after the first empty
+// claim that follows events it claims once more 50ms later, for a write that
+// commits late without a wake-up of its own; after any other empty claim it
+// sleeps PollInterval. Until a claim fills a batch the relay's workers
 // take turns, so these waits pace the relay as a whole, not each worker. [Relay.Wake] ends that sleep at once, for a writer
 // in the same process. On PostgreSQL,
 // [RelayConfig.Listen] holds one connection in LISTEN, and writers with

@@ -32,11 +32,13 @@ type Relay struct {
 	// its own timer. next and nextWakeable, read and written only by the
 	// loop holding the turn, say when that claim may run and whether a
 	// wake-up may bring it forward; heldReads, the same way, counts the
-	// reads in a row that found only events the horizon held back.
+	// reads in a row that found only events the horizon held back, and
+	// flowing says the last claim found events.
 	turn         chan struct{}
 	next         time.Time
 	nextWakeable bool
 	heldReads    int
+	flowing      bool
 
 	batchHooks   []HookBatch
 	deadHooks    []HookDeadLetter
@@ -90,6 +92,13 @@ type Relay struct {
 // a fraction of the round trips (and of the writers' lost throughput) that a
 // claim per commit would cost.
 const trailingClaimDelay = 5 * time.Millisecond
+
+// stragglerClaimDelay is how soon the relay claims again after the first
+// empty claim that follows events, before it waits for the poll. A writer
+// debounces its wake-ups (WriterConfig.NotifyInterval), deciding when it
+// writes: a write that did not wake the relay and commits after the
+// trailing claim (a slow commit) would otherwise wait for the poll.
+const stragglerClaimDelay = 50 * time.Millisecond
 
 // heldReadDelay is how soon an ordered relay reads again after a read that
 // found no event but committed events the horizon held back
@@ -395,11 +404,12 @@ func (r *Relay) sleep(d time.Duration, wakeable bool) bool {
 // While claims come back full, every loop claims again at once, so a
 // backlog drains with all of them. Once a claim comes back short the loops
 // take turns (Relay.turn): the one holding the turn waits until the next
-// claim is due (trailingClaimDelay after a short claim, PollInterval or a
-// wake-up after an empty one), claims, and hands the turn on before it
-// publishes. Light traffic then costs one claim per trailingClaimDelay for
-// the whole relay, not one per loop, with batches as big as the traffic
-// makes them, while publishing still runs in every loop at once.
+// claim is due (trailingClaimDelay after a short claim, stragglerClaimDelay
+// after the first empty one, PollInterval or a wake-up after the next),
+// claims, and hands the turn on before it publishes. Light traffic then
+// costs one claim per trailingClaimDelay for the whole relay, not one per
+// loop, with batches as big as the traffic makes them, while publishing
+// still runs in every loop at once.
 //
 // A loop does not wait for its batch: it takes a slot of the pipeline
 // before each claim, publishes and settles the batch on a goroutine of its
@@ -474,8 +484,15 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 				// up what writers committed without a wake-up of their own.
 				// Wake-ups do not cut this short.
 				r.next, r.nextWakeable = time.Now().Add(min(trailingClaimDelay, r.cfg.PollInterval)), false
+			case r.flowing:
+				// The first empty claim after events: one more look for
+				// a write that committed late without a wake-up of its own.
+				r.next, r.nextWakeable = time.Now().Add(min(stragglerClaimDelay, r.cfg.PollInterval)), true
 			default:
 				r.next, r.nextWakeable = time.Now().Add(r.cfg.PollInterval), true
+			}
+			if err != nil || !claim.Held {
+				r.flowing = err == nil && n > 0
 			}
 			r.turn <- struct{}{}
 		}

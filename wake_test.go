@@ -231,3 +231,76 @@ func TestRelayLoopsTakeTurnsUnderLightTraffic(t *testing.T) {
 	t.Logf("%d events, %d claims, %d of them found events and were checked", events, len(claims), checked)
 	require.Positive(t, checked, "no claim found events")
 }
+
+// lateCommitTracer holds the relay's claim that follows a trailing claim
+// which found nothing (pgx.QueryTracer): it tells the test through
+// straggler and waits for release.
+type lateCommitTracer struct {
+	mu        sync.Mutex
+	rows      []int64 // per claim that ended
+	straggler chan struct{}
+	release   chan struct{}
+	held      bool
+}
+
+func (c *lateCommitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(data.SQL, "SET status = 'processing'") {
+		return ctx
+	}
+	c.mu.Lock()
+	n := len(c.rows)
+	hold := !c.held && n >= 2 && c.rows[n-2] > 0 && c.rows[n-1] == 0
+	c.held = c.held || hold
+	c.mu.Unlock()
+	if hold {
+		close(c.straggler)
+		<-c.release
+	}
+	return ctx
+}
+
+func (c *lateCommitTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if data.Err != nil || !strings.Contains(data.CommandTag.String(), "UPDATE") {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rows = append(c.rows, data.CommandTag.RowsAffected())
+}
+
+// A write that did not wake the relay (a writer's wake-ups are debounced
+// when it writes) and commits after the trailing claim is found by the
+// claim 50ms after that empty claim, not by the poll, an hour away here.
+// The tracer holds that claim until the late transaction has committed, so
+// the test does not depend on how fast the machine runs.
+func TestRelayClaimsOnceMoreForALateCommit(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	tracer := &lateCommitTracer{straggler: make(chan struct{}), release: make(chan struct{})}
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = tracer
+	relayPool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+	rec := outboxtest.NewRecorder()
+	r := startRelay(t, outbox.Postgres(relayPool), b.schema, outbox.RelayConfig{Sink: rec, PollInterval: time.Hour})
+
+	late, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = late.Rollback(context.Background()) })
+	_, err = b.writer.Write(b.ctx, late, outbox.Message{EventType: "late", Payload: 1})
+	require.NoError(t, err)
+	b.write(t, 1, nil)
+	r.Wake()
+	rec.WaitLen(t, 1, 10*time.Second)
+
+	select {
+	case <-tracer.straggler:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no claim after the trailing claim found nothing: a late commit waits for the poll")
+	}
+	require.NoError(t, late.Commit(b.ctx))
+	close(tracer.release)
+	rec.WaitLen(t, 2, 10*time.Second)
+}

@@ -106,7 +106,9 @@ type WriterConfig struct {
 	// statement as the insert and delivered at commit. At most one write per
 	// interval notifies: NOTIFY serializes the commits that carry it, so a
 	// debounced hint keeps its cost to the writers small, while the relay's
-	// trailing claim picks up the events written in between. Zero (the
+	// trailing claims (5ms after events, and 50ms after the first empty
+	// claim) pick up the events written in between; one that commits later
+	// still waits for the relay's poll. Zero (the
 	// default) never notifies. NotifyIntervalDefault is a good value. Only
 	// PostgreSQL has NOTIFY; other dialects ignore it.
 	NotifyInterval time.Duration
