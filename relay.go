@@ -522,14 +522,17 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		}
 		r.noteClaim(claim)
 		log.Debug("claimed", slog.Int("batch_size", n))
-		// A suspect goes out with nothing else in flight in the row-lease
-		// modes (relay_pipeline.go). A probe is published as it is: it
-		// decides the circuit, and the loops waiting for that may already
-		// count as claiming. A partition read is not held back either: the
-		// next read starts on another partition, so a suspect sent back
-		// could wait for as long as a backlog lasts, its key with it.
-		size, suspect := claimBytes(claim), r.parts == nil && !probe && holdsSuspect(claim)
+		// A suspect goes out with nothing else in flight
+		// (relay_pipeline.go). A probe is published as it is: it decides
+		// the circuit, and the loops waiting for that may already count as
+		// claiming. A partition read holding a suspect holds it alone
+		// (the read's cut); sent back, the next read, alone, starts at its
+		// partition.
+		size, suspect := claimBytes(claim), !probe && holdsSuspect(claim)
 		publish := r.pipe.hold(size, suspect)
+		if !publish && r.parts != nil && len(claim.Parts) > 0 {
+			r.parts.readFirst(claim.Parts[0])
+		}
 		claimDur := time.Since(start)
 		if probe {
 			// A probe decides the circuit before anything else is claimed.

@@ -31,6 +31,9 @@ type partitions struct {
 	// the batch settled, and not renewed once the deadline passed.
 	busy   map[int32]time.Time
 	offset int
+	// first is a partition the reads start at until one starts there while
+	// it has no batch in flight (readFirst); -1 for none.
+	first  int32
 	held   int
 	relays int
 	// inFlight: the schema records what is in flight on each partition
@@ -56,7 +59,7 @@ func (r *Relay) startPartitions(ctx context.Context, version int) error {
 	if !r.ordered() || !ok || version < driver.PartitionedVersion || r.cfg.CaptureSlot != "" {
 		return nil
 	}
-	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, inFlight: version >= driver.InFlightVersion}
+	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, first: -1, inFlight: version >= driver.InFlightVersion}
 	rescued, err := r.balanceRound(ctx)
 	r.parts.startRescue = rescued
 	return err
@@ -146,7 +149,16 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 		busy = append(busy, part)
 	}
 	offset := p.offset
-	p.offset = (p.offset + 1) % driver.Partitions
+	if _, busy := p.busy[p.first]; p.first >= 0 {
+		// The read starts there; once it is not busy, it is read.
+		offset = (driver.Partitions - int(p.first)) % driver.Partitions
+		if !busy {
+			p.first = -1
+			p.offset = (offset + 1) % driver.Partitions
+		}
+	} else {
+		p.offset = (p.offset + 1) % driver.Partitions
+	}
 	p.mu.Unlock()
 	start := time.Now()
 	claim, err := p.pc.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
@@ -162,6 +174,20 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 	}
 	p.mu.Unlock()
 	return claim, nil
+}
+
+// readFirst makes the reads start at partition part until one does while
+// it has no batch in flight: a suspect read alone goes back when other
+// batches are in flight (relay_pipeline.go), and the read that the
+// pipeline then lets run alone must take it again, not wait until the
+// rotation comes back to its partition. (A read started meanwhile, while
+// the batch going back still holds the partition, would otherwise step
+// the rotation past it.) The read orders the partitions by (partition +
+// offset) mod driver.Partitions.
+func (p *partitions) readFirst(part int32) {
+	p.mu.Lock()
+	p.first = part
+	p.mu.Unlock()
 }
 
 // partitionsDone marks the partitions of a settled batch free to read.

@@ -33,20 +33,22 @@ import (
 // while the batch that opens the circuit is still publishing would spend
 // attempts on an outage.
 //
-// In the row-lease modes a suspect (an event in flight when a relay died:
-// driver.IsolateSuspect) is published with nothing else in flight: the
-// claim takes it alone, and the pipeline holds no other batch beside it, so that if it kills this
-// relay too, the expiry of the leases it leaves is charged to it alone and
+// A suspect (an event in flight when a relay died: driver.IsolateSuspect,
+// or the partition read's cut) is published with nothing else in flight:
+// the claim takes it alone, and the pipeline holds no other batch beside
+// it, so that if it kills this relay too, the expiry of the leases it leaves is charged to it alone and
 // not to the batches that happened to be in flight with it. While a
 // suspect's batch is in flight nothing more is claimed. A suspect claimed
 // while other batches are in flight goes back unpublished, with no attempt
 // spent (errSuspectWaits), and the next claim waits until nothing is in
 // flight: it takes the suspect again, alone (a released row keeps its
-// place at the head of the claim order). A loop counts as claiming from
+// place at the head of the claim order; an ordered relay on owned
+// partitions starts its reads at the suspect's partition:
+// partitions.readFirst). A loop counts as claiming from
 // the moment it has its slot (claiming), waits for the light-traffic turn
 // included, so two claim loops never both claim "alone"; with Workers > 1
-// a suspect is therefore often sent back once. A probe's batch and a
-// partition read are published as they are (claimLoop).
+// a suspect is therefore often sent back once. A probe's batch is
+// published as it is (claimLoop).
 
 // pipeline is the relay's count of batches and bytes in flight.
 type pipeline struct {

@@ -272,30 +272,104 @@ func (s *overlapSink) Publish(_ context.Context, events []outbox.Event) []error 
 // takes it alone, the pipeline holds no other batch beside it, and one
 // claimed while other batches are in flight goes back unpublished and is
 // claimed again once they settled. Two claim loops and four batches in
-// flight keep the pipeline full around the suspects.
+// flight keep the pipeline full around the suspects. The same holds for an
+// ordered relay on owned partitions, whose read takes a suspect alone and
+// whose next read, after one went back, starts at its partition.
 func TestRelayPipelinePublishesASuspectAlone(t *testing.T) {
 	t.Parallel()
+	for _, ordering := range []outbox.Ordering{outbox.OrderingNone, outbox.OrderingAggregate} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			b := setupRelay(t)
+			ids := b.write(t, 60, nil)
+			suspects := []int64{ids[17], ids[18], ids[41]}
+			_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+` SET attempts = 1, lease_expiries = 1 WHERE id = ANY($1)`, suspects)
+			require.NoError(t, err)
+			sink := &overlapSink{batches: map[int64]int{}, published: map[int64]int{}}
+			b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 5, Workers: 2, MaxInFlight: 4, Ordering: ordering,
+				PollInterval: 10 * time.Millisecond})
+			b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 60 })
+
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			require.Empty(t, sink.overlaps, "suspects published beside other batches (-1: a batch started beside a suspect)")
+			for _, id := range suspects {
+				require.Equal(t, 1, sink.batches[id], "suspect %d is published alone", id)
+			}
+			for _, id := range ids {
+				require.Equal(t, 1, sink.published[id], "event %d published once", id)
+			}
+			for _, id := range suspects {
+				e, err := b.mgr.Event(b.ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, 1, e.Attempts, "suspect %d: going back unpublished spends no attempt", id)
+			}
+		})
+	}
+}
+
+// seqSink numbers its publishes; a batch hook numbers the moment the
+// suspect goes back unpublished.
+type seqSink struct {
+	suspect  int64
+	mu       sync.Mutex
+	calls    int // publishes started
+	sentBack int // calls when the suspect went back; -1 until it does
+	taken    int // calls before the one that published the suspect; -1 until then
+}
+
+func (s *seqSink) Publish(_ context.Context, events []outbox.Event) []error {
+	s.mu.Lock()
+	if slices.ContainsFunc(events, func(e outbox.Event) bool { return e.ID == s.suspect }) && s.taken < 0 {
+		s.taken = s.calls
+	}
+	s.calls++
+	s.mu.Unlock()
+	time.Sleep(5 * time.Millisecond)
+	return nil
+}
+
+func (s *seqSink) OnBatch(_ context.Context, b outbox.BatchInfo) {
+	if b.Released == 0 || !slices.ContainsFunc(b.Events, func(e outbox.Event) bool { return e.ID == s.suspect }) {
+		return
+	}
+	s.mu.Lock()
+	if s.sentBack < 0 {
+		s.sentBack = s.calls
+	}
+	s.mu.Unlock()
+}
+
+// An ordered relay on owned partitions that sends a suspect back (other
+// batches were in flight) reads its partition first next: reads rotate
+// over the 256 partitions, one step per read, so under a backlog the
+// suspect, and its key, would otherwise wait until the rotation came back
+// to it, some 255 reads later. The backlog covers every partition; the
+// suspect is the oldest event of the partition the 30th read starts at,
+// when the pipeline is full.
+func TestRelayOrderedSuspectSentBackIsReadNext(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t)
-	ids := b.write(t, 60, nil)
-	suspects := []int64{ids[17], ids[18], ids[41]}
-	_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+` SET attempts = 1, lease_expiries = 1 WHERE id = ANY($1)`, suspects)
+	b.write(t, 4096, nil)
+	const part = 256 - 30
+	var suspect int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT min(id) FROM `+testutil.Table(b.schema)+`
+        WHERE (hashtext(coalesce(aggregate_type, '') || ':' || coalesce(aggregate_id, id::text)) & 255) = $1`, part).Scan(&suspect))
+	_, err := b.pool.Exec(b.ctx, `UPDATE `+testutil.Table(b.schema)+` SET attempts = 1, lease_expiries = 1 WHERE id = $1`, suspect)
 	require.NoError(t, err)
-	sink := &overlapSink{batches: map[int64]int{}, published: map[int64]int{}}
-	b.start(t, outbox.RelayConfig{Sink: sink, BatchSize: 5, Workers: 2, MaxInFlight: 4})
-	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 60 })
+	sink := &seqSink{suspect: suspect, sentBack: -1, taken: -1}
+	const inFlight = 4
+	b.start(t, outbox.RelayConfig{Sink: sink, Hooks: []outbox.Hook{sink}, BatchSize: 5, Workers: 2, MaxInFlight: inFlight,
+		Ordering: outbox.OrderingAggregate, PollInterval: 10 * time.Millisecond})
+	testutil.WaitFor(t, 60*time.Second, "the suspect published", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.taken >= 0
+	})
 
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	require.Empty(t, sink.overlaps, "suspects published beside other batches (-1: a batch started beside a suspect)")
-	for _, id := range suspects {
-		require.Equal(t, 1, sink.batches[id], "suspect %d is published alone", id)
-	}
-	for _, id := range ids {
-		require.Equal(t, 1, sink.published[id], "event %d published once", id)
-	}
-	for _, id := range suspects {
-		e, err := b.mgr.Event(b.ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, 1, e.Attempts, "suspect %d: going back unpublished spends no attempt", id)
-	}
+	require.GreaterOrEqual(t, sink.sentBack, 0, "the suspect was never sent back: the pipeline was not full when it was read")
+	require.LessOrEqual(t, sink.taken-sink.sentBack, inFlight,
+		"publishes after the suspect went back, before it went out: only the batches already in flight may go first")
 }
