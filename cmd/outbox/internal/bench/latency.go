@@ -83,11 +83,13 @@ func (r *Runner) latency(ctx context.Context, retention outbox.Retention, wake W
 		// relay's first statements count. It matters most to an ordered
 		// relay: a writer preparing its statements holds the xmin horizon,
 		// and every event committed meanwhile waits for it.
+		// The relay is woken after it in every mode: the warm-up commits
+		// on every connection at once, and a writer's debounced NOTIFY
+		// wakes the relay for the first of them only, so one that commits
+		// late would wait for the poll (an hour in some tests).
 		warm, err := run.warm(ctx)
 		if err == nil {
-			if run.afterCommit != nil {
-				run.afterCommit()
-			}
+			relay.Wake()
 			err = r.waitDelivered(ctx, warm, rec)
 		}
 		if err != nil {
