@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testutil"
+	"github.com/outboxkit/outbox/outboxtest"
 )
 
 // orderSink is a key-ordered sink for the relay's ordering tests: it
@@ -324,4 +325,48 @@ func TestRelayOrderingConfig(t *testing.T) {
 	// (drivertest OrderedClaimKeepsWithinByteBudget).
 	_, err := outbox.NewRelay(outbox.Postgres(testutil.Pool(t)), outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, MaxBatchBytes: 1000})
 	require.NoError(t, err)
+}
+
+// An ordered relay whose claim found nothing because a key's batch was in
+// flight (on owned partitions, its partition is not read meanwhile) claims
+// again when that batch settles: the key's next event, committed while the
+// batch was publishing, would otherwise wait for the poll, an hour here.
+// The wake-up for that event comes while the batch is held, and the claim
+// it brings, like the one 50ms after it, finds nothing.
+func TestRelayOrderedClaimsAgainWhenABatchSettles(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	gate, arrived := make(chan struct{}), make(chan struct{}, 1)
+	rec := outboxtest.NewRecorder()
+	rec.SetFail(func(e outbox.Event) error {
+		if e.EventType == "first" {
+			arrived <- struct{}{}
+			<-gate
+		}
+		return nil
+	})
+	r := b.start(t, outbox.RelayConfig{Sink: rec, Ordering: outbox.OrderingAggregate, PollInterval: time.Hour})
+	key := func(typ string) func(int, *outbox.Message) {
+		return func(_ int, m *outbox.Message) { m.EventType, m.AggregateID = typ, "k" }
+	}
+	// A delivery first: until one, the relay claims nothing while a batch
+	// is in flight (relay_pipeline.go).
+	b.write(t, 1, key("warm-up"))
+	r.Wake()
+	rec.WaitLen(t, 1, 10*time.Second)
+	first := b.write(t, 1, key("first"))
+	r.Wake()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first event never reached the sink")
+	}
+	second := b.write(t, 1, key("second"))
+	r.Wake()
+	time.Sleep(200 * time.Millisecond) // the wake-up's claim and the one 50ms later find nothing
+	require.EqualValues(t, 1, b.stats(t).Processed, "nothing more is delivered while the key's first event is held")
+	close(gate)
+	rec.WaitLen(t, 3, 10*time.Second)
+	got := rec.Events()
+	require.Equal(t, []int64{first[0], second[0]}, []int64{got[1].ID, got[2].ID})
 }

@@ -31,8 +31,8 @@ type partitions struct {
 	// the batch settled, and not renewed once the deadline passed.
 	busy   map[int32]time.Time
 	offset int
-	// first is a partition the reads start at until one starts there while
-	// it has no batch in flight (readFirst); -1 for none.
+	// first is a partition to read alone next, once it has no batch in
+	// flight (readFirst); -1 for none.
 	first  int32
 	held   int
 	relays int
@@ -138,7 +138,8 @@ func (r *Relay) releasePartitions(ctx context.Context) {
 }
 
 // readPartitions reads a batch from the relay's partitions and marks them
-// busy until the batch is settled (partitionsDone).
+// busy until the batch is settled (partitionsDone). While a suspect that
+// went back waits (readFirst), its partition is read alone first.
 func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, error) {
 	p := r.parts
 	p.round.Lock()
@@ -148,18 +149,41 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 	for part := range p.busy {
 		busy = append(busy, part)
 	}
-	offset := p.offset
-	if _, busy := p.busy[p.first]; p.first >= 0 {
-		// The read starts there; once it is not busy, it is read.
-		offset = (driver.Partitions - int(p.first)) % driver.Partitions
-		if !busy {
-			p.first = -1
-			p.offset = (offset + 1) % driver.Partitions
-		}
-	} else {
-		p.offset = (p.offset + 1) % driver.Partitions
+	first, alone := p.first, false
+	if _, held := p.busy[first]; first >= 0 && !held {
+		alone, p.first = true, -1
 	}
 	p.mu.Unlock()
+	if alone {
+		others := make([]int32, 0, driver.Partitions-1)
+		for part := range int32(driver.Partitions) {
+			if part != first {
+				others = append(others, part)
+			}
+		}
+		claim, err := r.readFrom(ctx, size, others, 0)
+		if err != nil || len(claim.Events) > 0 && !holdsSuspect(claim) {
+			// The read failed, or events of the partition older than the
+			// suspect went first: it is still to be read.
+			p.readFirst(first)
+		}
+		if err != nil || len(claim.Events) > 0 {
+			return claim, err
+		}
+		// Nothing to read there (the suspect is gone, or the partition):
+		// the rotation goes on.
+	}
+	p.mu.Lock()
+	offset := p.offset
+	p.offset = (p.offset + 1) % driver.Partitions
+	p.mu.Unlock()
+	return r.readFrom(ctx, size, busy, offset)
+}
+
+// readFrom reads a batch from the relay's partitions but busy, in the order
+// offset rotates them to, and marks the batch's partitions busy.
+func (r *Relay) readFrom(ctx context.Context, size int, busy []int32, offset int) (driver.Claim, error) {
+	p := r.parts
 	start := time.Now()
 	claim, err := p.pc.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
 		MinLease: r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip,
@@ -176,14 +200,14 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 	return claim, nil
 }
 
-// readFirst makes the reads start at partition part until one does while
-// it has no batch in flight: a suspect read alone goes back when other
+// readFirst makes the relay's next read, once partition part has no batch
+// in flight, read part alone: a suspect read alone goes back when other
 // batches are in flight (relay_pipeline.go), and the read that the
 // pipeline then lets run alone must take it again, not wait until the
-// rotation comes back to its partition. (A read started meanwhile, while
-// the batch going back still holds the partition, would otherwise step
-// the rotation past it.) The read orders the partitions by (partition +
-// offset) mod driver.Partitions.
+// reads' rotation over the partitions comes back to it (some 255 reads
+// under a backlog), nor lose it to older events of other partitions (the
+// read keeps its batch in (txid, id) order across partitions). The
+// partition is read alone until a read of it returns a suspect or nothing.
 func (p *partitions) readFirst(part int32) {
 	p.mu.Lock()
 	p.first = part

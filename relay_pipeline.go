@@ -43,8 +43,7 @@ import (
 // spent (errSuspectWaits), and the next claim waits until nothing is in
 // flight: it takes the suspect again, alone (a released row keeps its
 // place at the head of the claim order; an ordered relay on owned
-// partitions starts its reads at the suspect's partition:
-// partitions.readFirst). A loop counts as claiming from
+// partitions reads the suspect's partition alone: partitions.readFirst). A loop counts as claiming from
 // the moment it has its slot (claiming), waits for the light-traffic turn
 // included, so two claim loops never both claim "alone"; with Workers > 1
 // a suspect is therefore often sent back once. A probe's batch is
@@ -104,6 +103,13 @@ func (p *pipeline) acquire(stop <-chan struct{}, unproven func() bool) bool {
 			return false
 		}
 	}
+}
+
+// holding reports whether a claimed batch is held, not yet settled.
+func (p *pipeline) holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy > 0
 }
 
 // giveBack returns a slot whose claim brought no batch.

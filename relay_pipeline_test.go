@@ -345,8 +345,8 @@ func (s *seqSink) OnBatch(_ context.Context, b outbox.BatchInfo) {
 // over the 256 partitions, one step per read, so under a backlog the
 // suspect, and its key, would otherwise wait until the rotation came back
 // to it, some 255 reads later. The backlog covers every partition; the
-// suspect is the oldest event of the partition the 30th read starts at,
-// when the pipeline is full.
+// suspect is the oldest event of the partition that the read at offset 30
+// (the 31st) starts at, when the pipeline is full.
 func TestRelayOrderedSuspectSentBackIsReadNext(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)

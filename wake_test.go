@@ -43,7 +43,10 @@ func TestRelayListenWakesOnNotify(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'`, appName).Scan(&n))
 		return n == 1
 	})
+	// Each write comes after the relay's claim 50ms past its last empty
+	// one, so only the notification can deliver it.
 	for i := range 3 {
+		time.Sleep(100 * time.Millisecond)
 		writeWith(t, b, w)
 		rec.WaitLen(t, i+1, 10*time.Second)
 	}
@@ -56,6 +59,7 @@ func TestRelayListenWakesOnNotify(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%' AND state = 'idle'`, appName).Scan(&n))
 		return n == 1
 	})
+	time.Sleep(100 * time.Millisecond)
 	writeWith(t, b, w)
 	rec.WaitLen(t, 4, 10*time.Second)
 }
@@ -247,6 +251,7 @@ func (c *lateCommitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, dat
 	if !strings.Contains(data.SQL, "SET status = 'processing'") {
 		return ctx
 	}
+	ctx = context.WithValue(ctx, claimStartKey{}, time.Now())
 	c.mu.Lock()
 	n := len(c.rows)
 	hold := !c.held && n >= 2 && c.rows[n-2] > 0 && c.rows[n-1] == 0
@@ -259,9 +264,9 @@ func (c *lateCommitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, dat
 	return ctx
 }
 
-func (c *lateCommitTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	if data.Err != nil || !strings.Contains(data.CommandTag.String(), "UPDATE") {
-		return
+func (c *lateCommitTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if _, claim := ctx.Value(claimStartKey{}).(time.Time); !claim || data.Err != nil {
+		return // not a claim (a mark is an UPDATE too)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

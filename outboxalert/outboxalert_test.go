@@ -35,6 +35,7 @@ type webhook struct {
 	requests []*http.Request
 	bodies   [][]byte
 	status   func(n int) int // n counts requests from 1
+	resent   int             // requests that carried an alert already accepted
 	got      chan struct{}
 }
 
@@ -52,7 +53,9 @@ func newWebhook(t *testing.T, status func(n int) int) *webhook {
 		if w.status != nil {
 			code = w.status(n)
 		}
-		if code < 300 && !w.accepted(body) {
+		if code < 300 && w.accepted(body) {
+			w.resent++
+		} else if code < 300 {
 			var a outboxalert.Alert
 			if err := json.Unmarshal(body, &a); err == nil {
 				w.alerts = append(w.alerts, a)
@@ -63,7 +66,20 @@ func newWebhook(t *testing.T, status func(n int) int) *webhook {
 		w.got <- struct{}{}
 	}))
 	t.Cleanup(w.Close)
+	t.Cleanup(func() {
+		if _, _, resent := w.counts(); resent > 0 {
+			t.Logf("the webhook got %d alerts again after accepting them (the alerter saw an error and retried)", resent)
+		}
+	})
 	return w
+}
+
+// counts returns the requests, those that carried a new alert or a
+// failure, and those that re-sent an accepted alert.
+func (w *webhook) counts() (requests, fresh, resent int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.requests), len(w.requests) - w.resent, w.resent
 }
 
 // accepted says whether an earlier request that was answered with success
@@ -83,18 +99,20 @@ func (w *webhook) snapshot() ([]outboxalert.Alert, int) {
 	return append([]outboxalert.Alert(nil), w.alerts...), len(w.requests)
 }
 
+// wait waits until the webhook got requests requests, not counting alerts
+// sent again.
 func (w *webhook) wait(t *testing.T, requests int) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
-		if _, n := w.snapshot(); n >= requests {
+		if _, n, _ := w.counts(); n >= requests {
 			return
 		}
 		select {
 		case <-w.got:
 		case <-deadline:
-			_, n := w.snapshot()
-			t.Fatalf("the webhook got %d requests, want %d", n, requests)
+			_, n, _ := w.counts()
+			t.Fatalf("the webhook got %d requests (not counting alerts sent again), want %d", n, requests)
 		}
 	}
 }

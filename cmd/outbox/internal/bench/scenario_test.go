@@ -234,7 +234,10 @@ func TestLatencyWakeUps(t *testing.T) {
 		for _, wake := range wakesOf(kind)[1:] {
 			t.Run(kind+"/"+string(wake), func(t *testing.T) {
 				t.Parallel()
-				b := setup(t, kind, bench.Config{Rate: 50, PollInterval: time.Hour})
+				// 200ms between events: longer than the relay's claims after
+				// a delivery (5ms, then 50ms), so only a wake-up delivers
+				// each in time; the poll is an hour away.
+				b := setup(t, kind, bench.Config{Rate: 5, PollInterval: time.Hour})
 				rep, err := b.runner.Latency(b.ctx, outbox.RetainProcessed, wake)
 				require.NoError(t, err)
 				require.Equal(t, rep.Events, rep.Count)
