@@ -69,10 +69,6 @@ type Relay struct {
 	// the sink's circuit last opened; until then batches go one at a time
 	// (relay_pipeline.go).
 	proven atomic.Bool
-	// settled counts the batches the pipeline's goroutines settled;
-	// wakeOnSettle asks the next one to wake the relay (wakeAfterSettle).
-	settled      atomic.Int64
-	wakeOnSettle atomic.Bool
 	// heartbeat is the relay's row in outbox_relays (relay_heartbeat.go).
 	heartbeat heartbeat
 	// parts is an ordered relay's share of the partitions, nil when it
@@ -464,15 +460,12 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		// A wake-up that arrived before this claim is answered by it: the
 		// writer committed before waking, so the claim sees the event.
 		r.drainWake()
-		settled := r.settled.Load()
+		settled := r.pipe.settled()
 		start := time.Now()
 		claim, err := r.claim(ctx, probe)
 		n := len(claim.Events)
 		full = err == nil && n == r.cfg.BatchSize
 		if holding {
-			if !claim.Held {
-				r.heldReads = 0
-			}
 			switch {
 			case err != nil || full:
 				r.next = time.Time{}
@@ -497,7 +490,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 				r.next, r.nextWakeable = time.Now().Add(r.cfg.PollInterval), true
 			}
 			if err != nil || !claim.Held {
-				r.flowing = err == nil && n > 0
+				r.heldReads, r.flowing = 0, err == nil && n > 0
 			}
 			r.turn <- struct{}{}
 		}
@@ -523,7 +516,11 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		}
 		if n == 0 {
 			if r.ordered() {
-				r.wakeAfterSettle(settled)
+				// The claim skipped the keys (on owned partitions, the
+				// partitions) of the batches in flight: a key's next event,
+				// committed while its batch was publishing, waits for that
+				// batch, and its settling wakes nobody else.
+				r.pipe.wakeOnSettle(settled, r.Wake)
 			}
 			r.pipe.giveBack()
 			continue
@@ -551,35 +548,7 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		inFlight.Go(func() {
 			defer r.pipe.done(size)
 			r.handle(ctx, claim, claimDur, false, publish)
-			r.batchSettled()
 		})
-	}
-}
-
-// wakeAfterSettle makes an ordered relay claim again as soon as a batch in
-// flight settles. An ordered claim that found nothing skipped the keys (on
-// owned partitions, the partitions) of the batches in flight: a key's next
-// event, committed while its batch was publishing, waits for that batch,
-// and its settling wakes nobody else, so it would wait for the poll.
-// settled is r.settled when the claim began: a batch settled since may
-// already have freed what the claim skipped. batchSettled counts a settle
-// before it gives the slot back, so one of the two always wakes the relay.
-func (r *Relay) wakeAfterSettle(settled int64) {
-	if r.pipe.holding() {
-		r.wakeOnSettle.Store(true)
-	}
-	if r.settled.Load() != settled {
-		r.Wake()
-	}
-}
-
-// batchSettled records that a batch of the pipeline settled, its events
-// marked and its partitions free, and wakes the relay if an ordered claim
-// asked for it (wakeAfterSettle).
-func (r *Relay) batchSettled() {
-	r.settled.Add(1)
-	if r.wakeOnSettle.Swap(false) {
-		r.Wake()
 	}
 }
 

@@ -149,12 +149,10 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 	for part := range p.busy {
 		busy = append(busy, part)
 	}
-	first, alone := p.first, false
-	if _, held := p.busy[first]; first >= 0 && !held {
-		alone, p.first = true, -1
-	}
+	first := p.first
+	_, held := p.busy[first]
 	p.mu.Unlock()
-	if alone {
+	if first >= 0 && !held {
 		others := make([]int32, 0, driver.Partitions-1)
 		for part := range int32(driver.Partitions) {
 			if part != first {
@@ -162,10 +160,15 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 			}
 		}
 		claim, err := r.readFrom(ctx, size, others, 0)
-		if err != nil || len(claim.Events) > 0 && !holdsSuspect(claim) {
-			// The read failed, or events of the partition older than the
-			// suspect went first: it is still to be read.
-			p.readFirst(first)
+		if err == nil && (len(claim.Events) == 0 || holdsSuspect(claim)) {
+			// The suspect went, or nothing is left to read there. (Older
+			// events of the partition going first, or a failed read, leave
+			// it to be read alone again.)
+			p.mu.Lock()
+			if p.first == first {
+				p.first = -1
+			}
+			p.mu.Unlock()
 		}
 		if err != nil || len(claim.Events) > 0 {
 			return claim, err

@@ -36,18 +36,19 @@ import (
 // A suspect (an event in flight when a relay died: driver.IsolateSuspect,
 // or the partition read's cut) is published with nothing else in flight:
 // the claim takes it alone, and the pipeline holds no other batch beside
-// it, so that if it kills this relay too, the expiry of the leases it leaves is charged to it alone and
-// not to the batches that happened to be in flight with it. While a
-// suspect's batch is in flight nothing more is claimed. A suspect claimed
-// while other batches are in flight goes back unpublished, with no attempt
-// spent (errSuspectWaits), and the next claim waits until nothing is in
-// flight: it takes the suspect again, alone (a released row keeps its
-// place at the head of the claim order; an ordered relay on owned
-// partitions reads the suspect's partition alone: partitions.readFirst). A loop counts as claiming from
-// the moment it has its slot (claiming), waits for the light-traffic turn
-// included, so two claim loops never both claim "alone"; with Workers > 1
-// a suspect is therefore often sent back once. A probe's batch is
-// published as it is (claimLoop).
+// it, so that if it kills this relay too, the expiry of the leases it
+// leaves is charged to it alone and not to the batches that happened to be
+// in flight with it. While a suspect's batch is in flight nothing more is
+// claimed. A suspect claimed while other batches are in flight goes back
+// unpublished, with no attempt spent (errSuspectWaits), and the next claim
+// waits until nothing is in flight: it takes the suspect again, alone (a
+// released row keeps its place at the head of the claim order; an ordered
+// relay on owned partitions reads the suspect's partition alone:
+// partitions.readFirst). A loop counts as claiming from the moment it has
+// its slot (claiming), waits for the light-traffic turn included, so two
+// claim loops never both claim "alone"; with Workers > 1 a suspect is
+// therefore often sent back once. A probe's batch is published as it is
+// (claimLoop).
 
 // pipeline is the relay's count of batches and bytes in flight.
 type pipeline struct {
@@ -61,6 +62,8 @@ type pipeline struct {
 	suspect  bool          // a suspect's batch is in flight
 	alone    bool          // a suspect went back: the next claim waits for an empty pipeline
 	solo     bool          // the one claim under way was let in on an empty pipeline, to be alone
+	settles  int64         // batches settled so far
+	onSettle func()        // called at the next settle (wakeOnSettle), nil for none
 	changed  chan struct{} // closed and replaced whenever a batch settles or a claim ends
 }
 
@@ -105,11 +108,26 @@ func (p *pipeline) acquire(stop <-chan struct{}, unproven func() bool) bool {
 	}
 }
 
-// holding reports whether a claimed batch is held, not yet settled.
-func (p *pipeline) holding() bool {
+// settled returns how many held batches have settled so far.
+func (p *pipeline) settled() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.busy > 0
+	return p.settles
+}
+
+// wakeOnSettle calls wake once a batch settles after a claim that began
+// when settled() was since and found nothing: at once if one settled
+// meanwhile, at the next settle if batches are held, never otherwise.
+func (p *pipeline) wakeOnSettle(since int64, wake func()) {
+	p.mu.Lock()
+	now := p.settles != since
+	if !now && p.busy > 0 {
+		p.onSettle = wake
+	}
+	p.mu.Unlock()
+	if now {
+		wake()
+	}
 }
 
 // giveBack returns a slot whose claim brought no batch.
@@ -143,17 +161,23 @@ func (p *pipeline) hold(n int64, suspect bool) (publish bool) {
 	return publish
 }
 
-// done records that a held batch of n bytes is settled, and gives back its
-// slot. A suspect's batch in flight is the only batch held, so the
-// pipeline emptying ends it.
+// done records that a held batch of n bytes is settled, gives back its
+// slot and calls what wakeOnSettle left. A suspect's batch in flight is the
+// only batch held, so the pipeline emptying ends it.
 func (p *pipeline) done(n int64) {
 	p.mu.Lock()
 	p.bytes -= n
 	p.busy--
 	p.suspect = p.suspect && p.busy > 0
+	p.settles++
+	onSettle := p.onSettle
+	p.onSettle = nil
 	p.signal()
 	p.mu.Unlock()
 	p.slots <- struct{}{}
+	if onSettle != nil {
+		onSettle()
+	}
 }
 
 // claimed ends a claim under way; the one let in alone satisfies a

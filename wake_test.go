@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,10 +124,13 @@ type claimSpan struct {
 // claimTracer records the claims a relay's pool runs (pgx.QueryTracer): the
 // claim is the one statement that sets status = 'processing'. Should the
 // claim's SQL change so that nothing matches, the test fails waiting for
-// the relay's first claim rather than passing on no claims.
+// the relay's first claim rather than passing on no claims. beforeClaim,
+// when set, is called as each claim starts, with the claims that ended
+// before it in the order they ended; it may hold the claim back.
 type claimTracer struct {
-	mu     sync.Mutex
-	claims []claimSpan
+	beforeClaim func(ended []claimSpan)
+	mu          sync.Mutex
+	claims      []claimSpan
 }
 
 type claimStartKey struct{}
@@ -135,7 +139,26 @@ func (c *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 	if !strings.Contains(data.SQL, "SET status = 'processing'") {
 		return ctx
 	}
+	if c.beforeClaim != nil {
+		c.mu.Lock()
+		ended := slices.Clone(c.claims)
+		c.mu.Unlock()
+		c.beforeClaim(ended)
+	}
 	return context.WithValue(ctx, claimStartKey{}, time.Now())
+}
+
+// tracedPool returns a pool on the test database whose connections report
+// to tracer.
+func tracedPool(t *testing.T, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 func (c *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
@@ -171,12 +194,7 @@ func TestRelayLoopsTakeTurnsUnderLightTraffic(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	tracer := &claimTracer{}
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = tracer
-	relayPool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(relayPool.Close)
+	relayPool := tracedPool(t, tracer)
 
 	rec := outboxtest.NewRecorder()
 	const (
@@ -236,43 +254,6 @@ func TestRelayLoopsTakeTurnsUnderLightTraffic(t *testing.T) {
 	require.Positive(t, checked, "no claim found events")
 }
 
-// lateCommitTracer holds the relay's claim that follows a trailing claim
-// which found nothing (pgx.QueryTracer): it tells the test through
-// straggler and waits for release.
-type lateCommitTracer struct {
-	mu        sync.Mutex
-	rows      []int64 // per claim that ended
-	straggler chan struct{}
-	release   chan struct{}
-	held      bool
-}
-
-func (c *lateCommitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(data.SQL, "SET status = 'processing'") {
-		return ctx
-	}
-	ctx = context.WithValue(ctx, claimStartKey{}, time.Now())
-	c.mu.Lock()
-	n := len(c.rows)
-	hold := !c.held && n >= 2 && c.rows[n-2] > 0 && c.rows[n-1] == 0
-	c.held = c.held || hold
-	c.mu.Unlock()
-	if hold {
-		close(c.straggler)
-		<-c.release
-	}
-	return ctx
-}
-
-func (c *lateCommitTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	if _, claim := ctx.Value(claimStartKey{}).(time.Time); !claim || data.Err != nil {
-		return // not a claim (a mark is an UPDATE too)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.rows = append(c.rows, data.CommandTag.RowsAffected())
-}
-
 // A write that did not wake the relay (a writer's wake-ups are debounced
 // when it writes) and commits after the trailing claim is found by the
 // claim 50ms after that empty claim, not by the poll, an hour away here.
@@ -281,13 +262,19 @@ func (c *lateCommitTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data 
 func TestRelayClaimsOnceMoreForALateCommit(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	tracer := &lateCommitTracer{straggler: make(chan struct{}), release: make(chan struct{})}
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = tracer
-	relayPool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(relayPool.Close)
+	// The claim after a claim that found events and one that found
+	// nothing tells the test through straggler and waits for release.
+	straggler, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	tracer := &claimTracer{beforeClaim: func(ended []claimSpan) {
+		ended = slices.DeleteFunc(ended, func(c claimSpan) bool { return c.err != nil })
+		n := len(ended)
+		if n >= 2 && ended[n-2].rows > 0 && ended[n-1].rows == 0 && held.CompareAndSwap(false, true) {
+			close(straggler)
+			<-release
+		}
+	}}
+	relayPool := tracedPool(t, tracer)
 	rec := outboxtest.NewRecorder()
 	r := startRelay(t, outbox.Postgres(relayPool), b.schema, outbox.RelayConfig{Sink: rec, PollInterval: time.Hour})
 
@@ -301,11 +288,11 @@ func TestRelayClaimsOnceMoreForALateCommit(t *testing.T) {
 	rec.WaitLen(t, 1, 10*time.Second)
 
 	select {
-	case <-tracer.straggler:
+	case <-straggler:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no claim after the trailing claim found nothing: a late commit waits for the poll")
 	}
 	require.NoError(t, late.Commit(b.ctx))
-	close(tracer.release)
+	close(release)
 	rec.WaitLen(t, 2, 10*time.Second)
 }

@@ -67,19 +67,19 @@ func newWebhook(t *testing.T, status func(n int) int) *webhook {
 	}))
 	t.Cleanup(w.Close)
 	t.Cleanup(func() {
-		if _, _, resent := w.counts(); resent > 0 {
+		if _, resent := w.counts(); resent > 0 {
 			t.Logf("the webhook got %d alerts again after accepting them (the alerter saw an error and retried)", resent)
 		}
 	})
 	return w
 }
 
-// counts returns the requests, those that carried a new alert or a
-// failure, and those that re-sent an accepted alert.
-func (w *webhook) counts() (requests, fresh, resent int) {
+// counts returns the requests that carried a new alert or a failure, and
+// those that re-sent an accepted alert.
+func (w *webhook) counts() (fresh, resent int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.requests), len(w.requests) - w.resent, w.resent
+	return len(w.requests) - w.resent, w.resent
 }
 
 // accepted says whether an earlier request that was answered with success
@@ -105,13 +105,13 @@ func (w *webhook) wait(t *testing.T, requests int) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
-		if _, n, _ := w.counts(); n >= requests {
+		if n, _ := w.counts(); n >= requests {
 			return
 		}
 		select {
 		case <-w.got:
 		case <-deadline:
-			_, n, _ := w.counts()
+			n, _ := w.counts()
 			t.Fatalf("the webhook got %d requests (not counting alerts sent again), want %d", n, requests)
 		}
 	}
