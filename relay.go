@@ -464,7 +464,9 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 		start := time.Now()
 		claim, err := r.claim(ctx, probe)
 		n := len(claim.Events)
-		full = err == nil && n == r.cfg.BatchSize
+		// A partition read that took all it could from some partitions
+		// (driver.Claim.Capped) may leave more there: claim again at once.
+		full = err == nil && (n == r.cfg.BatchSize || len(claim.Capped) > 0)
 		if holding {
 			switch {
 			case err != nil || full:

@@ -370,3 +370,29 @@ func TestRelayOrderedClaimsAgainWhenABatchSettles(t *testing.T) {
 	got := rec.Events()
 	require.Equal(t, []int64{first[0], second[0]}, []int64{got[1].ID, got[2].ID})
 }
+
+// A backlog in few keys still goes out in full batches and in order: an
+// ordered relay's reads start at a few events per partition (4 for a batch
+// of 100 with all 256 partitions held) and raise that limit until they fill,
+// and a read that took the limit from a partition is followed at once by
+// the next one, never by the poll.
+func TestRelayOrderedFewKeysFillBatches(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	const keys, events = 3, 600
+	ids := b.write(t, events, func(i int, m *outbox.Message) { m.AggregateID = fmt.Sprint("k", i%keys) })
+	rec := outboxtest.NewRecorder()
+	b.start(t, outbox.RelayConfig{Sink: rec, Ordering: outbox.OrderingAggregate, BatchSize: 100, PollInterval: time.Hour})
+	rec.WaitLen(t, events, 20*time.Second)
+	want, got := map[string][]int64{}, map[string][]int64{}
+	for i, id := range ids {
+		k := fmt.Sprint("k", i%keys)
+		want[k] = append(want[k], id)
+	}
+	for _, e := range rec.Events() {
+		got[e.AggregateID] = append(got[e.AggregateID], e.ID)
+	}
+	require.Equal(t, want, got)
+	t.Logf("%d events in %d publishes", events, rec.Calls())
+	require.LessOrEqual(t, rec.Calls(), 20, "at 4 events per partition it would take 50")
+}

@@ -36,6 +36,11 @@ type partitions struct {
 	first  int32
 	held   int
 	relays int
+	// perPart is the most events a rotated read of a full batch takes from
+	// one partition (adaptPerPart); capped are the partitions in busy
+	// whose read took that many (they may hold more).
+	perPart int
+	capped  map[int32]bool
 	// inFlight: the schema records what is in flight on each partition
 	// (driver.InFlightVersion), so a takeover counts an attempt of what
 	// its owner had in flight when its lease ran out.
@@ -59,7 +64,7 @@ func (r *Relay) startPartitions(ctx context.Context, version int) error {
 	if !r.ordered() || !ok || version < driver.PartitionedVersion || r.cfg.CaptureSlot != "" {
 		return nil
 	}
-	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, first: -1, inFlight: version >= driver.InFlightVersion}
+	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, capped: map[int32]bool{}, first: -1, inFlight: version >= driver.InFlightVersion}
 	rescued, err := r.balanceRound(ctx)
 	r.parts.startRescue = rescued
 	return err
@@ -159,7 +164,7 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 				others = append(others, part)
 			}
 		}
-		claim, err := r.readFrom(ctx, size, others, 0)
+		claim, err := r.readFrom(ctx, size, others, 0, size)
 		if err == nil && (len(claim.Events) == 0 || holdsSuspect(claim)) {
 			// The suspect went, or nothing is left to read there. (Older
 			// events of the partition going first, or a failed read, leave
@@ -176,20 +181,76 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 		// Nothing to read there (the suspect is gone, or the partition):
 		// the rotation goes on.
 	}
+	adapt := size == r.cfg.BatchSize
 	p.mu.Lock()
 	offset := p.offset
 	p.offset = (p.offset + 1) % driver.Partitions
+	perPart := size
+	if adapt {
+		perPart = p.nextPerPart(size, r.cfg.MaxInFlight)
+	}
 	p.mu.Unlock()
-	return r.readFrom(ctx, size, busy, offset)
+	claim, err := r.readFrom(ctx, size, busy, offset, perPart)
+	if err == nil && adapt {
+		p.mu.Lock()
+		p.adaptPerPart(claim, size, r.cfg.MaxInFlight)
+		p.mu.Unlock()
+	}
+	return claim, err
+}
+
+// nextPerPart returns, and keeps, the most events the next rotated read
+// of a full batch of size takes from one partition (p.mu held). A
+// backlog's oldest events lie close together in the table, while the
+// events of one partition are spread over all of it: a batch that takes a
+// few of the oldest events of many partitions reads and marks far fewer
+// pages than one that takes a single partition's. The floor lets a batch
+// come from about a (2 × maxInFlight)th of the relay's partitions, so that
+// maxInFlight batches in flight leave half of them to read.
+func (p *partitions) nextPerPart(size, maxInFlight int) int {
+	floor := size
+	if p.held > 0 {
+		floor = min(size, 2*((size*maxInFlight+p.held-1)/p.held))
+	}
+	p.perPart = min(max(p.perPart, floor), size)
+	return p.perPart
+}
+
+// adaptPerPart moves the per-partition limit after a rotated read of a
+// full batch of size (p.mu held, c's partitions already marked busy):
+//   - a short read that took the limit from some partitions (a backlog in
+//     few keys) raises it by what the batch missed, shared among those
+//     partitions, so that the next read fills;
+//   - a read that finds nothing while partitions that gave an earlier read
+//     the limit are in flight (the partitions with a backlog are all busy:
+//     the reads are too wide to overlap) doubles it;
+//   - a full read lowers it by an eighth, down to the floor, so that it
+//     follows a backlog spreading over more keys again;
+//   - a short read within the limit (traffic lighter than a batch), a read
+//     the cut shortened (a suspect, the byte budget) and one the horizon
+//     held back leave it.
+func (p *partitions) adaptPerPart(c driver.Claim, size, maxInFlight int) {
+	switch n := len(c.Events); {
+	case c.Cut || c.Held:
+	case n == 0 && len(p.capped) > 0:
+		p.perPart *= 2
+	case n < size && len(c.Capped) > 0:
+		p.perPart += (size - n + len(c.Capped) - 1) / len(c.Capped)
+	case n == size:
+		p.perPart -= p.perPart / 8
+	}
+	p.nextPerPart(size, maxInFlight)
 }
 
 // readFrom reads a batch from the relay's partitions but busy, in the order
-// offset rotates them to, and marks the batch's partitions busy.
-func (r *Relay) readFrom(ctx context.Context, size int, busy []int32, offset int) (driver.Claim, error) {
+// offset rotates them to, at most perPart events from each, and marks the
+// batch's partitions busy.
+func (r *Relay) readFrom(ctx context.Context, size int, busy []int32, offset, perPart int) (driver.Claim, error) {
 	p := r.parts
 	start := time.Now()
 	claim, err := p.pc.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
-		MinLease: r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip,
+		PerPartition: perPart,
+		MinLease:     r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip,
 		MaxBytes: int64(r.cfg.MaxBatchBytes), RecordInFlight: p.inFlight})
 	if err != nil || len(claim.Events) == 0 {
 		return claim, err // nothing read: at most Held
@@ -198,6 +259,9 @@ func (r *Relay) readFrom(ctx context.Context, size int, busy []int32, offset int
 	p.mu.Lock()
 	for _, part := range claim.Parts {
 		p.busy[part] = deadline
+	}
+	for _, part := range claim.Capped {
+		p.capped[part] = true
 	}
 	p.mu.Unlock()
 	return claim, nil
@@ -225,6 +289,7 @@ func (r *Relay) partitionsDone(c driver.Claim) {
 	r.parts.mu.Lock()
 	for _, part := range c.Parts {
 		delete(r.parts.busy, part)
+		delete(r.parts.capped, part)
 	}
 	r.parts.mu.Unlock()
 }

@@ -150,6 +150,13 @@ type Claim struct {
 	// InFlight: the read recorded the batch on its partitions as in flight
 	// (PartitionClaimParams.RecordInFlight).
 	InFlight bool
+	// Capped, for a partition read, lists the batch's partitions that gave
+	// it PartitionClaimParams.PerPartition events (when below BatchSize),
+	// counted after the cut: they may hold more.
+	Capped []int32
+	// Cut: a partition read left events out for a suspect or the byte
+	// budget (PartitionClaimParams.MaxBytes), so it is short for that.
+	Cut bool
 	// Held: a partition read found no event, and left committed events of
 	// the relay's partitions out because an older transaction was still
 	// running (its horizon); they are likely readable within milliseconds.

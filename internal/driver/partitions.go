@@ -24,6 +24,11 @@ const Partitions = 256
 type PartitionClaimParams struct {
 	RelayID   string
 	BatchSize int
+	// PerPartition is the most events the read takes from one partition;
+	// 0 (or more than BatchSize) for BatchSize. A small limit spreads a
+	// batch over more partitions, whose oldest events lie close together
+	// in the table; Claim.Capped reports the partitions that reached it.
+	PerPartition int
 	// MinLease: only partitions with more than this much of their lease
 	// left are read.
 	MinLease time.Duration
@@ -80,12 +85,12 @@ type BalanceResult struct {
 // such events writes no event.
 type PartitionClaimer interface {
 	// ReadPartitions returns up to BatchSize due pending events of the
-	// partitions the relay owns, such that for every key it returns events
+	// partitions the relay owns, at most PerPartition of each, such that for every key it returns events
 	// of, every earlier event of the key is finished or in the batch
 	// before them. The events come back in (txid, id) order, cut before
 	// the first suspect (an event with a lease expiry on record), or that
-	// suspect alone when it comes first, and within MaxBytes. A read with
-	// no event says whether committed events were left out for the horizon
+	// suspect alone when it comes first, and within MaxBytes (Claim.Cut
+	// says it cut). A read with no event says whether committed events were left out for the horizon
 	// (Claim.Held).
 	ReadPartitions(ctx context.Context, p PartitionClaimParams) (Claim, error)
 	// BalancePartitions renews, releases and acquires the relay's

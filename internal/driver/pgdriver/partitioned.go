@@ -67,7 +67,11 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// that the events scheduled ahead are never read whole), and under
 	// block every event with a dead one of its key before it (a probe of
 	// outbox_events_dead_key_idx per event, so that the dead-letter queue
-	// is never read whole), up to $1 in all. The columns come straight
+	// is never read whole), up to $7 from each partition and $1 in all.
+	// (A small $7 takes a batch from many partitions: the oldest events of
+	// each, which lie close together in the table, so the read and the
+	// mark touch far fewer pages than the events of one partition, spread
+	// over the whole table, would.) The columns come straight
 	// from the partition scan's heap fetch (no join back by primary key:
 	// one index probe per event less).
 	// What of it goes (going): all of it unless a suspect (an event in
@@ -77,8 +81,9 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// the first event always and the next ones while no suspect has come
 	// and the bytes stay within $6 (kept). A suspect therefore goes alone,
 	// or is left for the next read behind the events before it.
-	// The read returns its events, each with the horizon it read below,
-	// or, when it has none, one row of NULLs with the horizon; held then
+	// The read returns its events, each with the horizon it read below and
+	// whether the cut applied, or, when it has none, one row of NULLs with
+	// the horizon; held then
 	// asks whether the horizon left committed events of the relay's
 	// partitions out ($1 the horizon; $2 relay, $3 busy partitions, as
 	// the read): pending, due and written within heldAge, a range of
@@ -167,7 +172,7 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
                         AND w.available_at > w.created_at AND w.available_at > now()
                         AND (w.txid, w.id) < (e.txid, e.id))` + dead + `
     ORDER BY e.txid, e.id
-    LIMIT $1
+    LIMIT $7
 ) c
 LIMIT $1
 ), cut AS MATERIALIZED (
@@ -182,7 +187,7 @@ LIMIT $1
         FROM batch WINDOW w AS (ORDER BY txid, id)) k
     WHERE n = 1 OR (suspects = 0 AND ($6::bigint <= 0 OR bytes <= $6::bigint))
 )` + recordCTE + `
-SELECT g.*, (SELECT x FROM horizon)::text::bigint AS horizon
+SELECT g.*, (SELECT x FROM horizon)::text::bigint AS horizon, (SELECT needed FROM cut) AS cut
 FROM (SELECT) one LEFT JOIN (SELECT * FROM ` + out + `) g ON true`
 	}
 	q.read = [2]string{read(false, false), read(true, false)}
@@ -393,7 +398,12 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	if busy == nil {
 		busy = []int32{}
 	}
-	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions, p.MaxBytes)
+	perPart := p.PerPartition
+	if perPart <= 0 || perPart > p.BatchSize {
+		perPart = p.BatchSize
+	}
+	rows, err := d.pool.Query(ctx, q, p.BatchSize, p.RelayID, p.MinLease.Milliseconds(), busy, p.Offset%driver.Partitions,
+		p.MaxBytes, perPart)
 	if err != nil {
 		return driver.Claim{}, wrap(err)
 	}
@@ -412,13 +422,14 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		horizon int64 // the read's, on every row
 		claim   driver.Claim
 		fenceOf = map[int32]int64{}
+		count   = map[int32]int{}
 	)
-	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size, &horizon)
+	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size, &horizon, &claim.Cut)
 	var none []any // the row of a read without events: its horizon alone
 	for rows.Next() {
 		if rows.RawValues()[0] == nil {
 			none = make([]any, len(sc.dest))
-			none[len(none)-1] = &horizon
+			none[len(none)-2] = &horizon
 			if err := rows.Scan(none...); err != nil {
 				return driver.Claim{}, wrap(err)
 			}
@@ -429,6 +440,9 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 			return driver.Claim{}, wrap(err)
 		}
 		out = append(out, keyed{txid: txid, ev: ev})
+		if count[part]++; count[part] == perPart && perPart < p.BatchSize {
+			claim.Capped = append(claim.Capped, part)
+		}
 		if _, ok := fenceOf[part]; !ok {
 			fenceOf[part] = fence
 			claim.Parts = append(claim.Parts, part)

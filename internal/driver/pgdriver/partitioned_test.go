@@ -3,6 +3,7 @@ package pgdriver_test
 import (
 	"crypto/sha512"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -60,18 +61,92 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan on outbox_events", plan)
 		return plan
 	}
-	plan := explain("read_plan", read, "int, text, bigint, int[], int, bigint", `1000, 'r', 30000, '{}', 0, 0`)
+	plan := explain("read_plan", read, "int, text, bigint, int[], int, bigint, int", `1000, 'r', 30000, '{}', 0, 0, 32`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan)
 	require.Contains(t, plan, "outbox_events_dead_key_idx", plan, "a dead head is found by its key")
 	require.NotContains(t, plan, "outbox_events_failed_idx", plan, "the dead-letter queue is not read whole")
 	require.Contains(t, plan, "outbox_events_key_delayed_idx", plan, "an event not due before it is found by its key")
 	require.NotContains(t, plan, "outbox_events_pending_idx", plan, "the events scheduled ahead are not read whole")
-	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint", `1000, 'r', 30000, '{}', 0, 0`)
+	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint, int", `1000, 'r', 30000, '{}', 0, 0, 32`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan, "recording its batch leaves the read's plan as it was")
 	require.Contains(t, plan, "Update on outbox_partition_in_flight", plan)
 	plan = explain("mark_plan", mark, "bigint[], text, int[], bigint[]", `'{1,2,3}', 'r', '{1,2}', '{1,1}'`)
 	require.Contains(t, plan, "outbox_events_pkey", plan)
 	require.NotContains(t, plan, "outbox_events_partition_idx", plan, "a mark reads its rows by ID, not the partition's backlog")
+}
+
+// PerPartition bounds what a read (one that records its batch in flight)
+// takes from each partition: the oldest events of each, in key order, and
+// Capped lists the partitions that gave that many (they may hold more);
+// without it a read takes a batch from as few partitions as it can. Cut
+// says the byte budget cut the batch.
+func TestPartitionReadTakesAtMostPerPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	var keys []string
+	for round := range 4 {
+		for k := range 30 {
+			if round < 3 || k%2 == 0 { // 15 keys with 4 events, 15 with 3
+				keys = append(keys, fmt.Sprint("k", k))
+			}
+		}
+	}
+	b.insertKeyed(t, keys...)
+	rows, err := b.pool.Query(b.ctx, `SELECT id, (hashtext(coalesce(aggregate_type, '') || ':' || coalesce(aggregate_id, id::text)) & 255)::int
+		FROM `+b.drv.Table()+` ORDER BY txid, id`)
+	require.NoError(t, err)
+	partOf := map[int64]int32{}
+	backlog := map[int32][]int64{} // each partition's events in key order
+	for rows.Next() {
+		var id int64
+		var part int32
+		require.NoError(t, rows.Scan(&id, &part))
+		partOf[id] = part
+		backlog[part] = append(backlog[part], id)
+	}
+	require.NoError(t, rows.Err())
+	require.Greater(t, len(backlog), 10, "the keys fall into many partitions")
+
+	read := func(perPart int, maxBytes int64) driver.Claim {
+		var c driver.Claim
+		// Other tests' open transactions hold the horizon back for a moment.
+		testutil.WaitFor(t, 10*time.Second, "the events are below the horizon", func() bool {
+			c, err = b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 40,
+				PerPartition: perPart, MaxBytes: maxBytes, MinLease: time.Second, RecordInFlight: true})
+			require.NoError(t, err)
+			return len(c.Events) > 0
+		})
+		return c
+	}
+	c := read(3, 0)
+	require.Len(t, c.Events, 40)
+	require.False(t, c.Cut)
+	got := map[int32][]int64{}
+	for _, e := range c.Events {
+		got[partOf[e.ID]] = append(got[partOf[e.ID]], e.ID)
+	}
+	var capped []int32
+	for part, ids := range got {
+		require.LessOrEqual(t, len(ids), 3, "partition %d", part)
+		require.Equal(t, backlog[part][:len(ids)], ids, "partition %d gives its oldest events in key order", part)
+		if len(ids) == 3 {
+			capped = append(capped, part)
+		}
+	}
+	require.NotEmpty(t, capped)
+	require.ElementsMatch(t, capped, c.Capped)
+	require.ElementsMatch(t, slices.Collect(maps.Keys(got)), c.Parts)
+
+	c = read(0, 0)
+	require.Len(t, c.Events, 40)
+	require.Empty(t, c.Capped, "no limit, nothing capped")
+	require.Less(t, len(c.Parts), len(got), "without a limit a batch comes from fewer partitions")
+
+	c = read(3, 1)
+	require.Len(t, c.Events, 1, "the byte budget keeps the first event only")
+	require.True(t, c.Cut, "and the read says it cut the batch")
 }
 
 // A read writes nothing and keeps a key's order behind what blocks it: a
