@@ -15,10 +15,16 @@ import (
 // BenchmarkPartitionReadMark measures one ordered relay's database work per
 // batch on one connection: the partition read of up to 1000 events over
 // 10,000 keys and the mark that deletes them, without and with the
-// in-flight record (migration 10), whose cost is the difference.
+// in-flight record (migration 10), whose cost is the difference; a read
+// takes up to 1000 events of a partition (one or two partitions a batch)
+// or 32 (the relay's limit at batch 1000 with all 256 partitions: about 31).
 func BenchmarkPartitionReadMark(b *testing.B) {
 	for _, record := range []bool{false, true} {
-		b.Run(fmt.Sprintf("record=%t", record), func(b *testing.B) { benchmarkPartitionReadMark(b, record, 0) })
+		for _, perPart := range []int{1000, 32} {
+			b.Run(fmt.Sprintf("record=%t/per_partition=%d", record, perPart), func(b *testing.B) {
+				benchmarkPartitionReadMark(b, record, perPart, 0)
+			})
+		}
 	}
 }
 
@@ -26,10 +32,14 @@ func BenchmarkPartitionReadMark(b *testing.B) {
 // the record) beside 100,000 events of other keys written for the next
 // day: what the events scheduled ahead cost each read.
 func BenchmarkPartitionReadScheduledAhead(b *testing.B) {
-	benchmarkPartitionReadMark(b, true, 100000)
+	for _, perPart := range []int{1000, 32} {
+		b.Run(fmt.Sprintf("per_partition=%d", perPart), func(b *testing.B) {
+			benchmarkPartitionReadMark(b, true, perPart, 100000)
+		})
+	}
 }
 
-func benchmarkPartitionReadMark(b *testing.B, record bool, scheduled int) {
+func benchmarkPartitionReadMark(b *testing.B, record bool, perPart, scheduled int) {
 	pool, schema := testutil.Schema(b)
 	drv := pgdriver.New(pool, schema)
 	ctx := context.Background()
@@ -64,7 +74,7 @@ func benchmarkPartitionReadMark(b *testing.B, record bool, scheduled int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		c, err := drv.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 1000,
-			MinLease: time.Second, Offset: i, RecordInFlight: record})
+			PerPartition: perPart, MinLease: time.Second, Offset: i, RecordInFlight: record})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -67,6 +67,8 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	require.NotContains(t, plan, "outbox_events_failed_idx", plan, "the dead-letter queue is not read whole")
 	require.Contains(t, plan, "outbox_events_key_delayed_idx", plan, "an event not due before it is found by its key")
 	require.NotContains(t, plan, "outbox_events_pending_idx", plan, "the events scheduled ahead are not read whole")
+	require.Regexp(t, `Index Scan using outbox_events_partition_idx[^\n]*\n\s+Index Cond: [^\n]*available_at <= now\(\)`, plan,
+		"the events not due are stepped over in the partition index (migration 12), their rows not fetched")
 	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint, int", `1000, 'r', 30000, '{}', 0, 0, 32`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan, "recording its batch leaves the read's plan as it was")
 	require.Contains(t, plan, "Update on outbox_partition_in_flight", plan)
