@@ -207,11 +207,12 @@ func (r *Relay) readPartitions(ctx context.Context, size int) (driver.Claim, err
 // pages than one that takes a single partition's. The floor lets a batch
 // come from about a (2 × maxInFlight)th of the relay's partitions, so that
 // maxInFlight batches in flight leave half of them to read.
+// With no partitions held (yet) there is no limit, and none is kept.
 func (p *partitions) nextPerPart(size, maxInFlight int) int {
-	floor := size
-	if p.held > 0 {
-		floor = min(size, 2*((size*maxInFlight+p.held-1)/p.held))
+	if p.held <= 0 {
+		return size
 	}
+	floor := min(size, 2*((size*maxInFlight+p.held-1)/p.held))
 	p.perPart = min(max(p.perPart, floor), size)
 	return p.perPart
 }
@@ -223,7 +224,7 @@ func (p *partitions) nextPerPart(size, maxInFlight int) int {
 //     partitions, so that the next read fills;
 //   - a read that finds nothing while partitions that gave an earlier read
 //     the limit are in flight (the partitions with a backlog are all busy:
-//     the reads are too wide to overlap) doubles it;
+//     the reads are too wide to overlap) doubles it, once for those;
 //   - a full read lowers it by an eighth, down to the floor, so that it
 //     follows a backlog spreading over more keys again;
 //   - a short read within the limit (traffic lighter than a batch), a read
@@ -234,6 +235,7 @@ func (p *partitions) adaptPerPart(c driver.Claim, size, maxInFlight int) {
 	case c.Cut || c.Held:
 	case n == 0 && len(p.capped) > 0:
 		p.perPart *= 2
+		clear(p.capped) // once for the batches in flight: some may have held no more
 	case n < size && len(c.Capped) > 0:
 		p.perPart += (size - n + len(c.Capped) - 1) / len(c.Capped)
 	case n == size:

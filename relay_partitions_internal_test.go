@@ -32,6 +32,8 @@ func TestPerPartitionLimitAdapts(t *testing.T) {
 	require.Equal(t, 100, p.perPart)
 	p.adaptPerPart(read(0), size, inFlight) // their partitions are all in flight
 	require.Equal(t, 200, p.perPart)
+	p.adaptPerPart(read(0), size, inFlight) // once for those batches: some may have held no more
+	require.Equal(t, 200, p.perPart)
 	done()
 	p.adaptPerPart(read(0), size, inFlight) // nothing in flight had more: nothing to read
 	require.Equal(t, 200, p.perPart)
@@ -39,7 +41,7 @@ func TestPerPartitionLimitAdapts(t *testing.T) {
 	require.Equal(t, 200, p.perPart)
 	p.adaptPerPart(driver.Claim{Events: make([]driver.Event, 300), Capped: []int32{1}, Cut: true}, size, inFlight)
 	require.Equal(t, 200, p.perPart, "a read the byte budget or a suspect cut says nothing of the limit")
-	p.adaptPerPart(read(1, 1), size, inFlight)
+	p.adaptPerPart(read(200, 1), size, inFlight)
 	p.adaptPerPart(driver.Claim{Held: true}, size, inFlight)
 	require.Equal(t, size, p.perPart, "never above a batch; a read the horizon held back leaves it")
 	done()
@@ -48,8 +50,8 @@ func TestPerPartitionLimitAdapts(t *testing.T) {
 	}
 	require.Equal(t, 32, p.perPart, "full reads bring it back to the floor, not below")
 
-	p.held = 64 // other relays joined: the floor rises with fewer partitions
-	require.Equal(t, 126, p.nextPerPart(size, inFlight))
 	p.held = 0
 	require.Equal(t, size, p.nextPerPart(size, inFlight), "no partitions held yet: no limit")
+	p.held = 64 // other relays joined: the floor rises with fewer partitions
+	require.Equal(t, 126, p.nextPerPart(size, inFlight), "and the limit held without partitions is not kept")
 }

@@ -3,6 +3,7 @@ package pgdriver
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/internal/driver"
@@ -135,6 +137,10 @@ CREATE TABLE IF NOT EXISTS ` + versions + ` (
 				continue
 			}
 			if _, err := tx.Exec(ctx, expand(m.SQL, schema)); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the lock_timeout of a migration
+					return fmt.Errorf("migration %03d_%s: %w: a transaction held the table too long; nothing was changed, run outbox migrate again once it ended (docs/operations.md)", m.Version, m.Name, err)
+				}
 				return fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+versions+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {

@@ -108,11 +108,7 @@ func PartitionSQL(schema, period string) string {
 	} {
 		body = strings.ReplaceAll(body, k, v)
 	}
-	// A dollar-quote tag the body cannot contain, whatever the schema name.
-	tag := "$outbox$"
-	for strings.Contains(body, tag) {
-		tag = tag[:len(tag)-1] + "_$"
-	}
+	tag := dollarTag(body)
 	return "DO " + tag + body + tag + ";\n"
 }
 

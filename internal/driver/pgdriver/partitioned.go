@@ -83,12 +83,12 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// or is left for the next read behind the events before it.
 	// The read returns its events, each with the horizon it read below and
 	// whether the cut applied, or, when it has none, one row of NULLs with
-	// the horizon; held then
-	// asks whether the horizon left committed events of the relay's
-	// partitions out ($1 the horizon; $2 relay, $3 busy partitions, as
-	// the read): pending, due and written within heldAge, a range of
-	// outbox_events_pending_idx, where an event whose transaction ended
-	// while an older one still ran is found.
+	// the horizon; held then asks whether the horizon left committed events
+	// of the relay's partitions out ($1 the horizon; $2 relay, $3 busy
+	// partitions, as the read): pending, due and written within heldAge (a
+	// range of available_at, in outbox_events_pending_idx or, from
+	// migration 12, in the partition index), where an event whose
+	// transaction ended while an older one still ran is found.
 	q.held = `SELECT EXISTS (SELECT FROM ` + t + ` e
     WHERE e.status = 'pending' AND e.available_at <= now()
       AND e.available_at > now() - ` + strconv.Itoa(int(heldAge.Milliseconds())) + ` * interval '1 millisecond'

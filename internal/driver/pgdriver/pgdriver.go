@@ -97,9 +97,25 @@ func wrap(err error) error {
 // quoteIdent quotes one identifier.
 func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
 
-// expand replaces {{schema}} in a SQL template with the quoted schema.
+// expand replaces {{schema}} in a SQL template with the quoted schema,
+// {{schema_literal}} with its name as a string literal, and {{tag}} with a
+// dollar-quote tag that the result does not otherwise contain.
 func expand(sqlText, schema string) string {
-	return strings.ReplaceAll(sqlText, "{{schema}}", quoteIdent(schema))
+	s := strings.NewReplacer("{{schema}}", quoteIdent(schema), "{{schema_literal}}", quoteLiteral(schema)).Replace(sqlText)
+	if strings.Contains(s, "{{tag}}") {
+		s = strings.ReplaceAll(s, "{{tag}}", dollarTag(strings.ReplaceAll(s, "{{tag}}", "")))
+	}
+	return s
+}
+
+// dollarTag returns a dollar-quote tag that body does not contain,
+// whatever names were put into it.
+func dollarTag(body string) string {
+	tag := "$outbox$"
+	for strings.Contains(body, tag) {
+		tag = tag[:len(tag)-1] + "_$"
+	}
+	return tag
 }
 
 // WrapError maps a missing-table error to driver.ErrNoTable and a write
