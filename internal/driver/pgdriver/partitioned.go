@@ -421,8 +421,7 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		size    int64 // the byte budget's measure, applied by the read
 		horizon int64 // the read's, on every row
 		claim   driver.Claim
-		fenceOf = map[int32]int64{}
-		count   = map[int32]int{}
+		count   = map[int32]int{} // events read per partition
 	)
 	sc := newClaimScanner(&txid, &part, &fence, &dbNow, &size, &horizon, &claim.Cut)
 	var none []any // the row of a read without events: its horizon alone
@@ -440,13 +439,12 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 			return driver.Claim{}, wrap(err)
 		}
 		out = append(out, keyed{txid: txid, ev: ev})
-		if count[part]++; count[part] == perPart && perPart < p.BatchSize {
-			claim.Capped = append(claim.Capped, part)
-		}
-		if _, ok := fenceOf[part]; !ok {
-			fenceOf[part] = fence
+		if count[part]++; count[part] == 1 { // the partition's first event
 			claim.Parts = append(claim.Parts, part)
 			claim.Fences = append(claim.Fences, fence)
+		}
+		if count[part] == perPart && perPart < p.BatchSize {
+			claim.Capped = append(claim.Capped, part)
 		}
 		if claim.LockedUntil.IsZero() || ev.LockedUntil.Before(claim.LockedUntil) {
 			claim.LockedUntil = ev.LockedUntil
