@@ -193,6 +193,10 @@ type RelayConfig struct {
 	// unfinished event is dead-lettered, in ordered mode. Defaults to
 	// OrderedFailureBlock.
 	OrderedFailure OrderedFailure
+	// Leases says how relays share the events: a lease per event, or
+	// partitions of keys owned by one relay each (docs/ordering.md).
+	// Defaults to LeasesAuto.
+	Leases Leases
 	// CaptureSlot, when not empty, makes this relay the table path of the
 	// change-data-capture relay (package outboxcdc, PostgreSQL only) that
 	// streams from this replication slot (outboxcdc.Slot.Name): it claims
@@ -298,6 +302,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	c.Retention = cmp.Or(c.Retention, RetainProcessed)
 	c.Ordering = cmp.Or(c.Ordering, OrderingNone)
 	c.OrderedFailure = cmp.Or(c.OrderedFailure, OrderedFailureBlock)
+	c.Leases = cmp.Or(c.Leases, LeasesAuto)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, max(MaxInFlightDefault, c.Workers))
@@ -387,6 +392,9 @@ func (c RelayConfig) Validate() error {
 		return err
 	}
 	if err := c.validateOrdering(); err != nil {
+		return err
+	}
+	if err := c.validateLeases(); err != nil {
 		return err
 	}
 	if err := c.validateSchedule(); err != nil {

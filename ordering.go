@@ -116,9 +116,6 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 			return fmt.Errorf("outbox: relay: check the key-sequence trigger: %w", err)
 		}
 	}
-	if err := r.startPartitions(ctx, v); err != nil {
-		return fmt.Errorf("outbox: relay: take partitions: %w", err)
-	}
 	return nil
 }
 

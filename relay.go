@@ -212,6 +212,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkOrdering(ctx); err != nil {
 		return err
 	}
+	if err := r.startPartitions(ctx); err != nil {
+		return err
+	}
 	r.startHeartbeat(ctx)
 	r.resetCircuit(ctx)
 	r.proven.Store(false)
@@ -517,11 +520,12 @@ func (r *Relay) claimLoop(ctx context.Context, worker int) {
 			failures = 0
 		}
 		if n == 0 {
-			if r.ordered() {
+			if r.ordered() || r.parts != nil {
 				// The claim skipped the keys (on owned partitions, the
-				// partitions) of the batches in flight: a key's next event,
-				// committed while its batch was publishing, waits for that
-				// batch, and its settling wakes nobody else.
+				// partitions) of the batches in flight: a key's next event
+				// (any event of a partition), committed while its batch was
+				// publishing, waits for that batch, and its settling wakes
+				// nobody else.
 				r.pipe.wakeOnSettle(settled, r.Wake)
 			}
 			r.pipe.giveBack()

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -9,15 +10,70 @@ import (
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
-// Ordered delivery by owned partitions (docs/ordering.md): on a driver
-// that implements driver.PartitionClaimer and a schema at migration 8, an
-// ordered relay owns partitions of keys under a lease per partition, reads
-// their due events without writing them and writes each event once, when
-// it settles it. The batch then goes through the same pipeline as a claimed
-// one: its fence carries the partitions and their fences instead of a row
-// lease, and a release writes nothing.
+// Delivery by owned partitions (docs/ordering.md): on a driver that
+// implements driver.PartitionClaimer and a schema at migration 8, an
+// ordered relay (and, with LeasesPartitions, an unordered one) owns
+// partitions of keys under a lease per partition, reads their due events
+// without writing them and writes each event once, when it settles it.
+// The batch then goes through the same pipeline as a claimed one: its
+// fence carries the partitions and their fences instead of a row lease,
+// and a release writes nothing.
 
-// partitions is an ordered relay's share of the partitions.
+// Leases says how relays share the events between them.
+type Leases string
+
+// Lease modes.
+const (
+	// LeasesAuto gives an ordered relay owned partitions where the database
+	// and schema have them (PostgreSQL, migration 8) and row leases
+	// elsewhere; an unordered relay takes row leases. The default.
+	LeasesAuto Leases = "auto"
+	// LeasesRows claims every event under a lease of its own: the claim
+	// writes it (status processing) and the settle writes it again. Any
+	// relay takes any due event, so one slow batch holds back only itself.
+	LeasesRows Leases = "rows"
+	// LeasesPartitions makes the relay own partitions of keys, ordered or
+	// not: it reads its partitions' due events without writing them and
+	// writes each event once, when it settles it; about a fifth less
+	// database work per event than row leases (docs/performance.md). While
+	// a batch is in flight, its partitions are not read again: a slow
+	// batch also holds back the events of its partitions written since.
+	// Events in flight stay pending (outbox stats counts no processing
+	// events). PostgreSQL with the schema at migration 8, without
+	// EventTypes or CaptureSlot; Start refuses elsewhere. Every relay of a
+	// schema must use the same leases.
+	LeasesPartitions Leases = "partitions"
+)
+
+// ParseLeases returns the lease mode named s.
+func ParseLeases(s string) (Leases, error) {
+	switch l := Leases(s); l {
+	case LeasesAuto, LeasesRows, LeasesPartitions:
+		return l, nil
+	}
+	return "", &ConfigError{Field: "Leases", Err: fmt.Errorf("unknown mode %q: use auto, rows or partitions", s)}
+}
+
+// validateLeases checks the lease mode of a config with defaults.
+func (c RelayConfig) validateLeases() error {
+	if _, err := ParseLeases(string(c.Leases)); err != nil {
+		return err
+	}
+	if c.Leases != LeasesPartitions {
+		return nil
+	}
+	switch {
+	case len(c.EventTypes) > 0:
+		// A relay owns every event of its partitions: one serving some
+		// types would leave the others of its partitions unsent.
+		return &ConfigError{Field: "Leases", Err: fmt.Errorf("is partitions with EventTypes: a relay owns all the events of its partitions, so relays split by type would leave each other's events unsent; use leases rows with an event type filter")}
+	case c.CaptureSlot != "":
+		return &ConfigError{Field: "Leases", Err: fmt.Errorf("is partitions with CaptureSlot: the table path of a capture relay claims under row leases; use leases auto or rows")}
+	}
+	return nil
+}
+
+// partitions is a relay's share of the partitions.
 type partitions struct {
 	pc driver.PartitionClaimer
 	// round serializes reads and balance rounds, so that a partition is
@@ -56,18 +112,41 @@ type partitions struct {
 // half its lease left whenever it is read.
 func (r *Relay) balanceInterval() time.Duration { return max(r.cfg.Lease/4, 10*time.Millisecond) }
 
-// startPartitions switches an ordered relay to owned partitions when the
-// driver and schema support them, and takes its first share.
-func (r *Relay) startPartitions(ctx context.Context, version int) error {
+// startPartitions switches the relay to owned partitions, when it is
+// ordered (LeasesAuto) and the driver and schema support them, or when
+// LeasesPartitions asks for them (refusing a driver or schema without
+// them), and takes its first share.
+func (r *Relay) startPartitions(ctx context.Context) error {
 	r.parts = nil
+	asked := r.cfg.Leases == LeasesPartitions
+	if !asked && (r.cfg.Leases != LeasesAuto || !r.ordered() || r.cfg.CaptureSlot != "") {
+		return nil
+	}
 	pc, ok := r.drv.(driver.PartitionClaimer)
-	if !r.ordered() || !ok || version < driver.PartitionedVersion || r.cfg.CaptureSlot != "" {
+	if !ok {
+		if asked {
+			return fmt.Errorf("outbox: relay: leases %q are not supported by this database driver (PostgreSQL only); use leases auto or rows", LeasesPartitions)
+		}
+		return nil
+	}
+	version, err := r.drv.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: relay: read the schema version: %w", err)
+	}
+	if version < driver.PartitionedVersion {
+		if asked {
+			return fmt.Errorf("outbox: relay: leases %q need schema version %d, schema %q is at %d: run outbox migrate",
+				LeasesPartitions, driver.PartitionedVersion, r.cfg.Schema, version)
+		}
 		return nil
 	}
 	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, capped: map[int32]bool{}, first: -1, inFlight: version >= driver.InFlightVersion}
 	rescued, err := r.balanceRound(ctx)
 	r.parts.startRescue = rescued
-	return err
+	if err != nil {
+		return fmt.Errorf("outbox: relay: take partitions: %w", err)
+	}
+	return nil
 }
 
 // balance runs one balance round, then settles what its takeovers rescued
@@ -253,7 +332,7 @@ func (r *Relay) readFrom(ctx context.Context, size int, busy []int32, offset, pe
 	claim, err := p.pc.ReadPartitions(ctx, driver.PartitionClaimParams{RelayID: r.cfg.RelayID, BatchSize: size,
 		PerPartition: perPart,
 		MinLease:     r.cfg.Lease / 2, Busy: busy, Offset: offset, Skip: r.cfg.OrderedFailure == OrderedFailureSkip,
-		MaxBytes: int64(r.cfg.MaxBatchBytes), RecordInFlight: p.inFlight})
+		MaxBytes: int64(r.cfg.MaxBatchBytes), RecordInFlight: p.inFlight, Unordered: !r.ordered()})
 	if err != nil || len(claim.Events) == 0 {
 		return claim, err // nothing read: at most Held
 	}

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -175,4 +176,67 @@ func TestRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T) {
 	require.Zero(t, sink.Len(), "read while an older transaction ran")
 	require.NoError(t, older.Commit(b.ctx))
 	sink.WaitLen(t, 1, 10*time.Second)
+}
+
+// An unordered relay on owned partitions (LeasesPartitions) holds the
+// partitions, writes no event before it settles it (what is in flight
+// stays pending, none processing) and keeps no order: a key's later events
+// go while its first one is retrying, and events committed while an older
+// transaction still runs go at once. Refused without partitions: on a
+// schema before migration 8, and with an event type filter.
+func TestRelayUnorderedPartitions(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	older, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = older.Rollback(b.ctx) }()
+	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	key := func(_ int, m *outbox.Message) { m.AggregateType, m.AggregateID = "order", "k" }
+	first := b.write(t, 1, key)[0]
+	gate, arrived := make(chan struct{}), make(chan struct{}, 3)
+	rec := outboxtest.NewRecorder()
+	rec.SetFail(func(e outbox.Event) error {
+		if e.ID == first {
+			return errors.New("broker rejected it")
+		}
+		arrived <- struct{}{}
+		<-gate
+		return nil
+	})
+	b.start(t, outbox.RelayConfig{Sink: rec, RelayID: "r", Leases: outbox.LeasesPartitions, PollInterval: 10 * time.Millisecond,
+		BackoffBase: time.Hour, BackoffMax: time.Hour})
+	require.Equal(t, map[string]int{"r": 256}, b.owners(t))
+	testutil.WaitFor(t, 10*time.Second, "the first event failed", func() bool {
+		e, err := b.mgr.Event(b.ctx, first)
+		require.NoError(t, err)
+		return e.Attempts == 1
+	})
+	b.write(t, 2, key)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later events did not reach the sink")
+	}
+	require.Zero(t, b.stats(t).Processing, "an event in flight is not written")
+	close(gate)
+	b.waitStats(t, "the later events processed while the first retries", func(s outbox.Stats) bool {
+		return s.Processed == 2 && s.Pending == 1
+	})
+	e, err := b.mgr.Event(b.ctx, first)
+	require.NoError(t, err)
+	require.Equal(t, "broker rejected it", e.LastError)
+
+	// Refused without partitions.
+	r, err := outbox.NewRelay(b.db, outbox.RelayConfig{Sink: rec, Schema: b.schema, Leases: outbox.LeasesPartitions, EventTypes: []string{"order.*"}})
+	require.Nil(t, r)
+	var ce *outbox.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Leases", ce.Field)
+	old := setupRelay(t)
+	_, err = old.pool.Exec(old.ctx, `DELETE FROM `+pgx.Identifier{old.schema, "outbox_migrations"}.Sanitize()+` WHERE version >= 8`)
+	require.NoError(t, err)
+	r, err = outbox.NewRelay(old.db, outbox.RelayConfig{Sink: rec, Schema: old.schema, Leases: outbox.LeasesPartitions})
+	require.NoError(t, err)
+	require.ErrorContains(t, r.Start(old.ctx), `leases "partitions" need schema version 8, schema "`+old.schema+`" is at 7: run outbox migrate`)
 }

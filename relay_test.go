@@ -99,12 +99,27 @@ func (b relayBundle) waitStats(t *testing.T, msg string, cond func(outbox.Stats)
 	testutil.WaitFor(t, 20*time.Second, msg, func() bool { return cond(b.stats(t)) })
 }
 
+// forEachLeases runs test in parallel with row leases and with owned
+// partitions (RelayConfig.Leases).
+func forEachLeases(t *testing.T, test func(t *testing.T, leases outbox.Leases)) {
+	for _, leases := range []outbox.Leases{outbox.LeasesRows, outbox.LeasesPartitions} {
+		t.Run(string(leases), func(t *testing.T) {
+			t.Parallel()
+			test(t, leases)
+		})
+	}
+}
+
 func TestRelayPublishesAndMarksProcessed(t *testing.T) {
 	t.Parallel()
+	forEachLeases(t, testRelayPublishesAndMarksProcessed)
+}
+
+func testRelayPublishesAndMarksProcessed(t *testing.T, leases outbox.Leases) {
 	b := setupRelay(t)
 	ids := b.write(t, 250, nil)
 	rec := outboxtest.NewRecorder()
-	r := b.start(t, outbox.RelayConfig{Sink: rec, BatchSize: 100, RelayID: "relay-a"})
+	r := b.start(t, outbox.RelayConfig{Sink: rec, BatchSize: 100, RelayID: "relay-a", Leases: leases})
 
 	rec.WaitLen(t, 250, 20*time.Second)
 	b.waitStats(t, "all processed", func(s outbox.Stats) bool { return s.Processed == 250 })
@@ -204,11 +219,16 @@ func (s *exclusiveSink) publisher(relay string) outbox.Sink {
 
 func TestRelayConcurrentRelaysAndWriters(t *testing.T) {
 	t.Parallel()
+	forEachLeases(t, testRelayConcurrentRelaysAndWriters)
+}
+
+func testRelayConcurrentRelaysAndWriters(t *testing.T, leases outbox.Leases) {
 	b := setupRelay(t)
 	sink := &exclusiveSink{inFlight: map[int64]string{}, delivered: map[int64]int{}}
 	for i := range 3 {
 		id := fmt.Sprintf("relay-%d", i)
-		b.start(t, outbox.RelayConfig{Sink: sink.publisher(id), RelayID: id, BatchSize: 50, PollInterval: 5 * time.Millisecond})
+		b.start(t, outbox.RelayConfig{Sink: sink.publisher(id), RelayID: id, BatchSize: 50, PollInterval: 5 * time.Millisecond,
+			Leases: leases})
 	}
 
 	var (
@@ -322,6 +342,10 @@ func (h *delayHook) OnBatch(ctx context.Context, b outbox.BatchInfo) {
 
 func TestRelayBackoffDeadLetterAndRetry(t *testing.T) {
 	t.Parallel()
+	forEachLeases(t, testRelayBackoffDeadLetterAndRetry)
+}
+
+func testRelayBackoffDeadLetterAndRetry(t *testing.T, leases outbox.Leases) {
 	b := setupRelay(t)
 	ids := b.write(t, 1, nil)
 	rec := outboxtest.NewRecorder()
@@ -330,7 +354,7 @@ func TestRelayBackoffDeadLetterAndRetry(t *testing.T) {
 	delays := &delayHook{pool: b.pool, schema: b.schema}
 	base := 100 * time.Millisecond
 	b.start(t, outbox.RelayConfig{Sink: rec, MaxAttempts: 4, BackoffBase: base, BackoffMax: 500 * time.Millisecond,
-		PollInterval: 10 * time.Millisecond, Hooks: []outbox.Hook{dead, delays}})
+		PollInterval: 10 * time.Millisecond, Hooks: []outbox.Hook{dead, delays}, Leases: leases})
 
 	b.waitStats(t, "dead-lettered", func(s outbox.Stats) bool { return s.Failed == 1 })
 	e, err := b.mgr.Event(b.ctx, ids[0])
@@ -866,22 +890,23 @@ func TestRelayRetentionModes(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []outbox.Retention{outbox.RetainDelete, outbox.RetainArchive} {
 		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			b := setupRelay(t)
-			ids := b.write(t, 20, nil)
-			rec := outboxtest.NewRecorder()
-			b.start(t, outbox.RelayConfig{Sink: rec, Retention: mode})
-			rec.WaitLen(t, 20, 10*time.Second)
-			b.waitStats(t, "table emptied", func(s outbox.Stats) bool { return s.Pending+s.Processing+s.Processed == 0 })
-			_, err := b.mgr.Event(b.ctx, ids[0])
-			require.ErrorIs(t, err, outbox.ErrNotFound)
-			var archived int
-			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+pgx.Identifier{b.schema, "outbox_events_archive"}.Sanitize()).Scan(&archived))
-			if mode == outbox.RetainArchive {
-				require.Equal(t, 20, archived)
-			} else {
-				require.Zero(t, archived)
-			}
+			forEachLeases(t, func(t *testing.T, leases outbox.Leases) {
+				b := setupRelay(t)
+				ids := b.write(t, 20, nil)
+				rec := outboxtest.NewRecorder()
+				b.start(t, outbox.RelayConfig{Sink: rec, Retention: mode, Leases: leases})
+				rec.WaitLen(t, 20, 10*time.Second)
+				b.waitStats(t, "table emptied", func(s outbox.Stats) bool { return s.Pending+s.Processing+s.Processed == 0 })
+				_, err := b.mgr.Event(b.ctx, ids[0])
+				require.ErrorIs(t, err, outbox.ErrNotFound)
+				var archived int
+				require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+pgx.Identifier{b.schema, "outbox_events_archive"}.Sanitize()).Scan(&archived))
+				if mode == outbox.RetainArchive {
+					require.Equal(t, 20, archived)
+				} else {
+					require.Zero(t, archived)
+				}
+			})
 		})
 	}
 	_, err := outbox.ParseRetention("forever")

@@ -241,8 +241,8 @@ func TestOrderedRelaysSIGKILLKeepOrder(t *testing.T) {
 	fleet.stopAll(t)
 }
 
-// Bad ordering values are usage errors, and so is ordering with a type
-// filter.
+// Bad ordering and lease values are usage errors, and so are ordering and
+// partition leases with a type filter; SQLite has no partition leases.
 func TestRelayOrderingFlags(t *testing.T) {
 	t.Parallel()
 	requireFail(t, run(t, nil, "relay", "--sink", "stdout:", "--ordering", "sideways"),
@@ -251,6 +251,14 @@ func TestRelayOrderingFlags(t *testing.T) {
 		2, "--ordered-failure skip needs --ordering aggregate")
 	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:", "--ordering", "aggregate", "--event-types", "a.*"),
 		2, "--event-types", "does not support an event type filter: a key's order spans its event types")
+	requireFail(t, run(t, nil, "relay", "--sink", "stdout:", "--leases", "shared"),
+		2, `invalid --leases "shared": use auto, rows or partitions`)
+	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:", "--leases", "partitions", "--event-types", "a.*"),
+		2, "--leases", "is partitions with EventTypes", "use leases rows with an event type filter")
+	sqlite := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
+	requireOK(t, run(t, nil, "--database-url", sqlite, "migrate"))
+	requireFail(t, run(t, nil, "--database-url", sqlite, "relay", "--sink", "stdout:", "--leases", "partitions"),
+		2, "invalid --leases partitions: owned partitions are PostgreSQL's (schema migration 8); on sqlite use --leases auto or rows")
 }
 
 // The same on SQLite: two ordered relays (the real binary) on one file,

@@ -38,6 +38,12 @@ type PartitionClaimParams struct {
 	Offset int
 	// Skip is OrderedClaimParams.Skip.
 	Skip bool
+	// Unordered reads for a relay that keeps no order: every due pending
+	// event of the partitions, oldest first, with no horizon (an event
+	// committed while an older transaction still runs is read at once) and
+	// no event held back by an earlier one of its key (retrying,
+	// dead-lettered or in flight). Skip does not apply.
+	Unordered bool
 	// MaxBytes is OrderedClaimParams.MaxBytes.
 	MaxBytes int64
 	// RecordInFlight records the batch's events on their partitions before

@@ -60,3 +60,7 @@ func CaptureSettleSQL(d *Driver, retention driver.Retention) (delivered, failed 
 // RecordingPartitionSQL exposes the partition read (block policy) that
 // records its batch in flight.
 func RecordingPartitionSQL(d *Driver) string { return d.parts.readRecord[0] }
+
+// UnorderedPartitionSQL exposes the partition read of a relay that keeps
+// no order, recording its batch in flight.
+func UnorderedPartitionSQL(d *Driver) string { return d.parts.readRecord[readUnordered] }

@@ -26,8 +26,8 @@ func partitionExpr(a string) string {
 // partitionQueries are the statements of ordered delivery by owned
 // partitions (docs/ordering.md).
 type partitionQueries struct {
-	read                                  [2]string // block, skip
-	readRecord                            [2]string // the same, recording the batch in flight
+	read                                  [3]string // block, skip, unordered
+	readRecord                            [3]string // the same, recording the batch in flight
 	balance, release                      string
 	markProcessed, markDeleted, markArchv string
 	markFailed                            string
@@ -41,6 +41,13 @@ type partitionQueries struct {
 	held                            string
 	adoptInFlight                   string
 }
+
+// The partition reads, by the policy they keep (partitionQueries.read).
+const (
+	readBlock     = iota // ordered, a dead event holds its key's later ones
+	readSkip             // ordered, a dead event does not
+	readUnordered        // no order: PartitionClaimParams.Unordered
+)
 
 // heldAge is how far back an empty partition read looks for committed
 // events its horizon left out: such events were written moments ago,
@@ -74,6 +81,9 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// over the whole table, would.) The columns come straight
 	// from the partition scan's heap fetch (no join back by primary key:
 	// one index probe per event less).
+	// The read of a relay that keeps no order (readUnordered) takes each
+	// partition's pending due events in the same order with none of those
+	// conditions: no horizon, no key held back.
 	// What of it goes (going): all of it unless a suspect (an event in
 	// flight when a relay holding it died) is in it or its stored bytes
 	// (pg_column_size, as the other claims count them) pass $6 > 0 (cut);
@@ -96,15 +106,33 @@ func buildPartitionQueries(schema, t string) partitionQueries {
       AND ` + pe + ` IN (SELECT partition FROM ` + parts + `
                           WHERE owner = $2 AND lease_until > now() AND partition <> ALL($3::int[])))`
 	inFlight := pgx.Identifier{schema, "outbox_partition_in_flight"}.Sanitize()
-	read := func(skip, record bool) string {
+	read := func(policy int, record bool) string {
 		dead := `
       AND NOT EXISTS (SELECT FROM ` + t + ` d
                       WHERE ` + keyMatch("d", "e") + `
                         AND d.status = 'failed' AND d.aggregate_id IS NOT NULL
                         AND (d.txid, d.id) < (e.txid, e.id)
                         AND d.dead_letter_retries <> ` + strconv.Itoa(driver.DiscardedRetries) + `)`
-		if skip {
+		// The read of an ordered relay leaves out the events behind
+		// an earlier one of their key (keyed), and those of transactions
+		// that ended while an older one still ran (below the horizon).
+		keyed := `
+      AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
+      AND NOT EXISTS (SELECT FROM blockers b
+                      WHERE b.aggregate_id = e.aggregate_id
+                        AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
+                        AND (b.txid, b.id) < (e.txid, e.id))
+      AND NOT EXISTS (SELECT FROM ` + t + ` w
+                      WHERE ` + keyMatch("w", "e") + `
+                        AND w.status = 'pending' AND w.aggregate_id IS NOT NULL
+                        AND w.available_at > w.created_at AND w.available_at > now()
+                        AND (w.txid, w.id) < (e.txid, e.id))`
+		switch policy {
+		case readSkip:
 			dead = ``
+		case readUnordered:
+			keyed, dead = `
+      AND e.available_at <= now()`, ``
 		}
 		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "p.lease_until")
 		// With record (migration 10), the read also writes the batch's
@@ -160,17 +188,7 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
     SELECT ` + cols + `, e.txid::text::bigint AS txid, p.partition, p.fence, now(),
            pg_column_size(e.payload) + pg_column_size(e.headers) AS size
     FROM ` + t + ` e
-    WHERE ` + pe + ` = p.partition AND e.status = 'pending'
-      AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
-      AND NOT EXISTS (SELECT FROM blockers b
-                      WHERE b.aggregate_id = e.aggregate_id
-                        AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
-                        AND (b.txid, b.id) < (e.txid, e.id))
-      AND NOT EXISTS (SELECT FROM ` + t + ` w
-                      WHERE ` + keyMatch("w", "e") + `
-                        AND w.status = 'pending' AND w.aggregate_id IS NOT NULL
-                        AND w.available_at > w.created_at AND w.available_at > now()
-                        AND (w.txid, w.id) < (e.txid, e.id))` + dead + `
+    WHERE ` + pe + ` = p.partition AND e.status = 'pending'` + keyed + dead + `
     ORDER BY e.txid, e.id
     LIMIT $7
 ) c
@@ -190,8 +208,9 @@ LIMIT $1
 SELECT g.*, (SELECT x FROM horizon)::text::bigint AS horizon, (SELECT needed FROM cut) AS cut
 FROM (SELECT) one LEFT JOIN (SELECT * FROM ` + out + `) g ON true`
 	}
-	q.read = [2]string{read(false, false), read(true, false)}
-	q.readRecord = [2]string{read(false, true), read(true, true)}
+	for policy := range q.read {
+		q.read[policy], q.readRecord[policy] = read(policy, false), read(policy, true)
+	}
 
 	// The partitions a mark may still write in: those of the batch whose
 	// fence holds ($R relay, $P partitions, $F fences), share-locked in
@@ -390,9 +409,12 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 	if p.RecordInFlight {
 		reads = d.parts.readRecord
 	}
-	q := reads[0]
-	if p.Skip {
-		q = reads[1]
+	q := reads[readBlock]
+	switch {
+	case p.Unordered:
+		q = reads[readUnordered]
+	case p.Skip:
+		q = reads[readSkip]
 	}
 	busy := p.Busy
 	if busy == nil {
@@ -454,6 +476,9 @@ func (d *Driver) ReadPartitions(ctx context.Context, p driver.PartitionClaimPara
 		return driver.Claim{}, wrap(err)
 	}
 	if len(out) == 0 {
+		if p.Unordered {
+			return claim, nil // no horizon
+		}
 		// Nothing to publish: ask whether the horizon held events back. The
 		// answer is a hint: if asking fails, the read still succeeded, and
 		// the relay reads again at its usual pace.

@@ -72,6 +72,10 @@ func TestPartitionReadPlanUsesIndexesUnderGenericPlan(t *testing.T) {
 	plan = explain("read_record_plan", pgdriver.RecordingPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint, int", `1000, 'r', 30000, '{}', 0, 0, 32`)
 	require.Contains(t, plan, "outbox_events_partition_idx", plan, "recording its batch leaves the read's plan as it was")
 	require.Contains(t, plan, "Update on outbox_partition_in_flight", plan)
+	plan = explain("read_unordered_plan", pgdriver.UnorderedPartitionSQL(b.drv), "int, text, bigint, int[], int, bigint, int", `1000, 'r', 30000, '{}', 0, 0, 32`)
+	require.Regexp(t, `Index Scan using outbox_events_partition_idx[^\n]*\n\s+Index Cond: [^\n]*available_at <= now\(\)`, plan)
+	require.NotContains(t, plan, "outbox_events_key_delayed_idx", plan, "an unordered read probes no key")
+	require.NotContains(t, plan, "outbox_events_dead_key_idx", plan, "an unordered read probes no key")
 	plan = explain("mark_plan", mark, "bigint[], text, int[], bigint[]", `'{1,2,3}', 'r', '{1,2}', '{1,1}'`)
 	require.Contains(t, plan, "outbox_events_pkey", plan)
 	require.NotContains(t, plan, "outbox_events_partition_idx", plan, "a mark reads its rows by ID, not the partition's backlog")
@@ -330,6 +334,53 @@ func TestPartitionReadScheduledEvents(t *testing.T) {
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.drv.Table()+` SET available_at = now() WHERE event_type IN ('k2', 'm1')`)
 	require.NoError(t, err)
 	require.Equal(t, []string{"k1", "k2", "k3", "l1", "l2", "m1", "m2"}, read(), "due now: read in order")
+}
+
+// The read of a relay that keeps no order takes every due pending event of
+// its partitions at once: an event committed while an older transaction
+// still runs (no horizon), and the events of a key behind one of its own
+// that is retrying, dead-lettered or in flight under a row lease, but not
+// those themselves.
+func TestPartitionReadUnordered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
+	require.NoError(t, err)
+	older, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = older.Rollback(b.ctx) }()
+	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	// In one transaction, so in ID order, committed after older began.
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, status, available_at, locked_until)
+		VALUES ('k1', 'order', 'k', '{}', 'pending', now() + interval '1 hour', NULL), ('k2', 'order', 'k', '{}', 'pending', now(), NULL),
+		       ('l1', 'order', 'l', '{}', 'failed', now(), NULL), ('l2', 'order', 'l', '{}', 'pending', now(), NULL),
+		       ('m1', 'order', 'm', '{}', 'processing', now(), now() + interval '1 hour'), ('m2', 'order', 'm', '{}', 'pending', now(), NULL)`)
+	require.NoError(t, err)
+	read := func(unordered bool) (driver.Claim, []string) {
+		c, err := b.drv.ReadPartitions(b.ctx, driver.PartitionClaimParams{RelayID: "r", BatchSize: 100, MinLease: time.Second,
+			Unordered: unordered, RecordInFlight: true})
+		require.NoError(t, err)
+		types := make([]string, len(c.Events))
+		for i, e := range c.Events {
+			types[i] = e.EventType
+		}
+		slices.Sort(types)
+		return c, types
+	}
+	c, types := read(false)
+	require.Empty(t, types, "an ordered read waits for the older transaction")
+	require.True(t, c.Held)
+	c, types = read(true)
+	require.Equal(t, []string{"k2", "l2", "m2"}, types, "read at once, none held back by its key")
+	require.False(t, c.Held)
+	n, err := b.drv.MarkProcessed(b.ctx, driver.Fence{RelayID: "r", Parts: c.Parts, Fences: c.Fences, InFlight: c.InFlight},
+		claimIDs(c), driver.RetainProcessed)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	c, types = read(true)
+	require.Empty(t, types, "the rest is not due, dead or under a row lease")
+	require.False(t, c.Held, "an unordered read has no horizon to hold anything back")
 }
 
 // A read records its batch on its partitions before the events go out;

@@ -219,6 +219,11 @@ type Config struct {
 	// after each unordered one (not with WakeLogical), the writers' events
 	// spread over that many aggregates.
 	OrderedKeys []int
+	// Leases is how every relay the bench starts shares the events
+	// (outbox.RelayConfig.Leases): with outbox.LeasesPartitions the
+	// unordered drain, steady and latency runs own partitions too.
+	// Defaults to outbox.LeasesAuto.
+	Leases outbox.Leases
 	// Wakes are the wake-up modes steady and latency run in, one run each.
 	// Defaults to WakePoll. WakeListen needs PostgreSQL.
 	Wakes []Wake
@@ -279,6 +284,7 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.SchemaPrefix = cmp.Or(c.SchemaPrefix, SchemaPrefixDefault)
 	c.Capture = cmp.Or(c.Capture, CapturePoll)
+	c.Leases = cmp.Or(c.Leases, outbox.LeasesAuto)
 	c.PlainLoopConcurrency = cmp.Or(c.PlainLoopConcurrency, PlainLoopConcurrencyDefault)
 	if len(c.Retentions) == 0 {
 		c.Retentions = []outbox.Retention{outbox.RetainProcessed}
@@ -318,6 +324,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Capture != CapturePoll && c.Capture != CaptureLogical && c.Capture != CaptureAll:
 		return bad("Capture", "is %q: use %s, %s or %s", c.Capture, CapturePoll, CaptureLogical, CaptureAll)
+	case c.Leases != outbox.LeasesAuto && c.Leases != outbox.LeasesRows && c.Leases != outbox.LeasesPartitions:
+		return bad("Leases", "is %q: use auto, rows or partitions", c.Leases)
 	case c.PlainLoopConcurrency < 1:
 		return bad("PlainLoopConcurrency", "is %d: use at least 1", c.PlainLoopConcurrency)
 	case c.PlainLoopURL != "" && !validPlainLoopURL(c.PlainLoopURL):

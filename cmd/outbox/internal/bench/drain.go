@@ -59,7 +59,7 @@ func (r *Runner) drain(ctx context.Context, retention outbox.Retention, keys int
 		relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 			Sink: rec, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
 			MaxInFlight: r.cfg.MaxInFlight, PollInterval: r.cfg.PollInterval, Retention: retention, Logger: r.cfg.Logger, Hooks: []outbox.Hook{progress},
-			Ordering: ordering,
+			Ordering: ordering, Leases: r.cfg.Leases,
 		})
 		if err != nil {
 			return err

@@ -56,6 +56,7 @@ type Settings struct {
 	Retentions     []string `json:"retentions"`
 	Wakes          []string `json:"wakes"`
 	Sink           string   `json:"sink"`
+	Leases         string   `json:"leases"`
 }
 
 // Report is one scenario run. The embedded pointers hold what only some

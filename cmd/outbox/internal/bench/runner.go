@@ -283,6 +283,7 @@ func (r *Runner) settings() Settings {
 		Events: r.cfg.Events, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers, MaxInFlight: r.cfg.MaxInFlight, Writers: r.cfg.Writers,
 		PayloadSize: len(r.payload), DurationS: r.cfg.Duration.Seconds(), Rate: r.cfg.Rate,
 		PollIntervalMS: float64(r.cfg.PollInterval) / float64(time.Millisecond), Sink: r.cfg.SinkName,
+		Leases: string(r.cfg.Leases),
 	}
 	for _, m := range r.cfg.Retentions {
 		s.Retentions = append(s.Retentions, string(m))

@@ -143,7 +143,7 @@ func (r *Runner) startRelay(ctx context.Context, p pools, s scratch, retention o
 	relay, err := outbox.NewRelay(db, outbox.RelayConfig{
 		Sink: sink, Schema: s.schema(), RelayID: relayID, BatchSize: r.cfg.BatchSize, Workers: r.cfg.Workers,
 		MaxInFlight: r.cfg.MaxInFlight, PollInterval: r.cfg.PollInterval, Retention: retention, Listen: wake == WakeListen, Logger: r.cfg.Logger,
-		Ordering: ordering,
+		Ordering: ordering, Leases: r.cfg.Leases,
 	})
 	if err != nil {
 		return nil, err

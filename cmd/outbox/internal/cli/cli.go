@@ -177,6 +177,7 @@ var flagValues = map[string][]string{
 	"retention":         {"processed", "delete", "archive"},
 	"ordering":          {"none", "aggregate"},
 	"ordered-failure":   {"block", "skip"},
+	"leases":            {"auto", "rows", "partitions"},
 	"partition-archive": {"daily", "weekly"},
 	"log-level":         logLevels,
 	"log-format":        logFormats,

@@ -40,6 +40,7 @@ const (
 	kindRetention                       // processed, delete or archive
 	kindOrdering                        // none or aggregate
 	kindOrderedFailure                  // block or skip
+	kindLeases                          // auto, rows or partitions
 	kindAddr                            // host:port
 	kindHTTPURL                         // an http(s) URL, checked like --alert-webhook
 	kindLogLevel                        // debug, info, warn or error
@@ -108,6 +109,7 @@ var fileKeys = []fileKey{
 	{"relay", "heartbeat_interval", "heartbeat-interval", kindDurationOff},
 	{"relay", "ordering", "ordering", kindOrdering},
 	{"relay", "ordered_failure", "ordered-failure", kindOrderedFailure},
+	{"relay", "leases", "leases", kindLeases},
 	{"relay", "capture", "capture", kindString},
 	{"relay", "capture_group", "capture-group", kindString},
 	{"relay", "max_slot_lag", "max-slot-lag", kindPositive},
@@ -377,6 +379,10 @@ func (c *fileConfig) parseValue(key fileKey, n *yaml.Node, lookup func(string) (
 	case kindOrderedFailure:
 		if _, err := outbox.ParseOrderedFailure(s); err != nil {
 			return fail(n.Line, "unknown policy %q: use block or skip", clip(s))
+		}
+	case kindLeases:
+		if _, err := outbox.ParseLeases(s); err != nil {
+			return fail(n.Line, "unknown mode %q: use auto, rows or partitions", clip(s))
 		}
 	case kindAddr:
 		if !validAddr(s) {

@@ -75,6 +75,7 @@ relay:
   heartbeat_interval: 5s
   ordering: aggregate
   ordered_failure: skip
+  leases: partitions
   capture: logical
   capture_group: blue
   max_slot_lag: 536870912
@@ -130,6 +131,7 @@ func TestParseConfigFileEveryKey(t *testing.T) {
 	require.True(t, get("listen").flag)
 	require.Equal(t, "aggregate", get("ordering").str)
 	require.Equal(t, "skip", get("ordered-failure").str)
+	require.Equal(t, "partitions", get("leases").str)
 	require.Equal(t, "logical", get("capture").str)
 	require.Equal(t, "blue", get("capture-group").str)
 	require.Equal(t, 536870912, get("max-slot-lag").num)

@@ -37,6 +37,7 @@ var relayFlagNames = map[string]string{
 	"MaxInFlight": "max-in-flight", "MaxInFlightBytes": "max-in-flight-bytes", "DBTimeout": "db-timeout", "Listen": "listen",
 	"ProbeInterval": "probe-interval", "ProbeIntervalMax": "probe-interval-max", "SummaryInterval": "summary-interval",
 	"HeartbeatInterval": "heartbeat-interval", "Ordering": "ordering", "OrderedFailure": "ordered-failure",
+	"Leases": "leases",
 }
 
 // relayFlags are the relay command's flags, before the config file and the
@@ -47,6 +48,7 @@ type relayFlags struct {
 	retention  string
 	ordering   string
 	failure    string // --ordered-failure
+	leases     string
 	capture    string // --capture: poll or logical
 	group      string // --capture-group
 	maxSlotLag int    // --max-slot-lag, bytes
@@ -129,6 +131,7 @@ outbox-relay:<relay-id>.`,
 	f.StringVar(&rf.retention, "retention", string(outbox.RetainProcessed), "what happens to a delivered event's row: processed (kept), delete, or archive (moved to outbox_events_archive)")
 	f.StringVar(&rf.ordering, "ordering", string(outbox.OrderingNone), "none, or aggregate: per aggregate (aggregate_type, aggregate_id), the sink's first acknowledgements follow the order the events were written in, across any number of relays")
 	f.StringVar(&rf.failure, "ordered-failure", string(outbox.OrderedFailureBlock), "with --ordering aggregate, what an aggregate's later events do once its first unfinished event is dead-lettered: block (wait, unsent, until it is retried) or skip (go on)")
+	f.StringVar(&rf.leases, "leases", string(outbox.LeasesAuto), "how relays share the events: auto (owned partitions for --ordering aggregate on PostgreSQL, row leases otherwise), rows (a lease per event, written when claimed and again when settled), or partitions (PostgreSQL: each relay owns partitions of keys and writes each event once; every relay of a schema must use the same; docs/ordering.md)")
 	f.StringVar(&rf.capture, "capture", capturePoll, "how the relay finds new events: poll (claim them from the table) or logical (stream committed inserts from a logical replication slot, PostgreSQL with wal_level = logical; failed publishes are retried from the table; docs/cdc.md)")
 	f.StringVar(&rf.group, "capture-group", outboxcdc.GroupDefault, "with --capture logical, the relay group: the slot and the publication are named outbox_<schema>_<group>; relays of one group share the slot, one streaming, the others standing by")
 	f.IntVar(&rf.maxSlotLag, "max-slot-lag", int(outboxcdc.MaxSlotLagDefault), "with --capture logical, the WAL in bytes the slot may retain on the server before the relay warns loudly (the slot keeps WAL until the relay confirms it)")
@@ -224,6 +227,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if failure == outbox.OrderedFailureSkip && ordering != outbox.OrderingAggregate {
 		return usagef("%s skip needs --ordering aggregate", m.name("ordered-failure"))
 	}
+	leases, err := outbox.ParseLeases(rf.leases)
+	if err != nil {
+		return usagef("invalid %s %q: use auto, rows or partitions", m.name("leases"), clip(rf.leases))
+	}
 	if err := checkCapture(m, rf, ordering); err != nil {
 		return err
 	}
@@ -245,12 +252,15 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
+	if leases == outbox.LeasesPartitions && pc == nil {
+		return usagef("invalid %s partitions: owned partitions are PostgreSQL's (schema migration 8); on %s use --leases auto or rows", m.name("leases"), db.Kind)
+	}
 	if rf.capture == captureLogical && pc == nil {
 		return usagef("invalid %s logical: change-data capture reads PostgreSQL's logical replication; on %s use --capture poll", m.name("capture"), db.Kind)
 	}
 	cfg := rf.cfg
 	cfg.Retention, cfg.EventTypes = retention, rf.eventTypes
-	cfg.Ordering, cfg.OrderedFailure = ordering, failure
+	cfg.Ordering, cfg.OrderedFailure, cfg.Leases = ordering, failure, leases
 	cfg.Schema, cfg.Logger, cfg.PgBouncer = a.schema, a.logger, a.pgbouncer
 	if cfg.RelayID == "" {
 		cfg.RelayID = outbox.DefaultRelayID()
@@ -354,6 +364,9 @@ func (a *app) runRelay(ctx context.Context, rawDB string, pc *pgxpool.Config, cf
 	if cfg.Ordering == outbox.OrderingAggregate {
 		attrs = append(attrs, "ordering", string(cfg.Ordering), "ordered_failure", string(cfg.OrderedFailure))
 	}
+	if cfg.Leases != outbox.LeasesAuto {
+		attrs = append(attrs, "leases", string(cfg.Leases))
+	}
 	if cfg.PgBouncer {
 		attrs = append(attrs, "pgbouncer", true)
 	}
@@ -448,7 +461,7 @@ func (m *merger) apply(a *app, rf *relayFlags) error {
 	strs := map[string]*string{
 		"relay-id": &rf.cfg.RelayID, "retention": &rf.retention, "source": &rf.so.Source,
 		"capture": &rf.capture, "capture-group": &rf.group,
-		"ordering": &rf.ordering, "ordered-failure": &rf.failure,
+		"ordering": &rf.ordering, "ordered-failure": &rf.failure, "leases": &rf.leases,
 		"route": &rf.route, "metrics-addr": &rf.obs.metricsAddr,
 		"webhook-ca": &rf.so.WebhookCA, "webhook-cert": &rf.so.WebhookCert, "webhook-key": &rf.so.WebhookKey,
 	}
