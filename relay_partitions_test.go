@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -54,6 +55,20 @@ func (b relayBundle) owners(t *testing.T) map[string]int {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// olderTransaction begins a transaction that holds a transaction ID until
+// it is committed (or the test ends): the horizon of the ordered reads stays
+// below every event committed after it began.
+func olderTransaction(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	return tx
 }
 
 // Rebalancing: ordered relays joining and leaving while writers commit move
@@ -162,11 +177,7 @@ func TestRelayOrderedPartitionsRebalance(t *testing.T) {
 func TestRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	older, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = older.Rollback(b.ctx) }()
-	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
-	require.NoError(t, err)
+	older := olderTransaction(t, b.pool)
 	b.write(t, 1, func(_ int, m *outbox.Message) { m.AggregateID = "k" })
 	sink := outboxtest.NewRecorder()
 	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, PollInterval: time.Minute})
@@ -187,11 +198,7 @@ func TestRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T) {
 func TestRelayUnorderedPartitions(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	older, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = older.Rollback(b.ctx) }()
-	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
-	require.NoError(t, err)
+	olderTransaction(t, b.pool) // open until the test ends
 	key := func(_ int, m *outbox.Message) { m.AggregateType, m.AggregateID = "order", "k" }
 	first := b.write(t, 1, key)[0]
 	gate, arrived := make(chan struct{}), make(chan struct{}, 3)

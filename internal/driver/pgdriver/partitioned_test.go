@@ -241,6 +241,19 @@ func TestPartitionReadDeadEvents(t *testing.T) {
 	require.Equal(t, []string{"k1", "l1", "m2"}, read(false), "block: only what comes after k's dead event waits")
 }
 
+// olderTransaction begins a transaction that holds a transaction ID until
+// it is committed (or the test ends): the horizon of the ordered reads stays
+// below every event committed after it began.
+func olderTransaction(t *testing.T, b bundle) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(b.ctx) })
+	_, err = tx.Exec(b.ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	return tx
+}
+
 // A read that finds no event says whether the horizon held committed
 // events of its partitions back (an older transaction still ran), so that
 // the relay reads again soon; once the older transaction ended, the held
@@ -260,11 +273,7 @@ func TestPartitionReadReportsHeldEvents(t *testing.T) {
 	require.False(t, c.Held, "nothing to hold back")
 
 	// An older transaction runs while a younger one commits k's event.
-	older, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = older.Rollback(b.ctx) }()
-	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
-	require.NoError(t, err)
+	older := olderTransaction(t, b)
 	b.insertKeyed(t, "k")
 	c = read()
 	require.Empty(t, c.Events, "k waits for the older transaction")
@@ -346,11 +355,7 @@ func TestPartitionReadUnordered(t *testing.T) {
 	b := setup(t)
 	_, err := b.drv.BalancePartitions(b.ctx, driver.BalanceParams{RelayID: "r", Lease: time.Minute})
 	require.NoError(t, err)
-	older, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = older.Rollback(b.ctx) }()
-	_, err = older.Exec(b.ctx, `SELECT pg_current_xact_id()`)
-	require.NoError(t, err)
+	olderTransaction(t, b) // open until the test ends
 	// In one transaction, so in ID order, committed after older began.
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload, status, available_at, locked_until)
 		VALUES ('k1', 'order', 'k', '{}', 'pending', now() + interval '1 hour', NULL), ('k2', 'order', 'k', '{}', 'pending', now(), NULL),
