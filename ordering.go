@@ -136,22 +136,23 @@ func leaseMargin(lease time.Duration) time.Duration {
 	return min(lease/10, 2*time.Second)
 }
 
-// errLeaseEnding is the result of events an ordered relay did not send
-// because their lease was about to end.
+// errLeaseEnding is the result of events a relay did not send because
+// their lease was about to end (publishWithin).
 var errLeaseEnding = errors.New("not sent: the batch's lease was about to end")
 
-// publishOrdered publishes a batch in ordered mode: the sink is asked to keep
-// per-aggregate order (WithKeyOrder), and the publish is bounded by the
-// batch's local lease deadline, checked before the call too, so that a relay
-// that paused past its lease does not send an event another relay may own
-// by now.
-func (r *Relay) publishOrdered(ctx context.Context, events []Event, deadline time.Time) []error {
+// publishWithin publishes a batch bounded by its local lease deadline,
+// checked before the call too, so that a relay that paused past its lease
+// does not send an event another relay may own by now: an ordered batch
+// (whose events must not overtake a later owner's), and a partition read's
+// (whose lease is what was left of its partitions' lease, at least half a
+// lease, which a sink timeout may pass).
+func (r *Relay) publishWithin(ctx context.Context, events []Event, deadline time.Time) []error {
 	if !time.Now().Before(deadline) {
 		r.log.Warn("batch not published: its lease is about to end (the relay was paused or slow); the events go back to pending",
 			slog.Int("events", len(events)))
 		return BatchError(len(events), errLeaseEnding)
 	}
-	ctx, cancel := context.WithDeadline(WithKeyOrder(ctx), deadline)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	return r.publish(ctx, events)
 }

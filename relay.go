@@ -618,9 +618,13 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 
 	pubStart := time.Now()
 	var errs []error
-	if r.ordered() {
-		errs = r.publishOrdered(ctx, events, pubStart.Add(lease-claimDur-leaseMargin(r.cfg.Lease)))
-	} else {
+	deadline := pubStart.Add(lease - claimDur - leaseMargin(r.cfg.Lease))
+	switch {
+	case r.ordered():
+		errs = r.publishWithin(WithKeyOrder(ctx), events, deadline)
+	case len(fence.Parts) > 0:
+		errs = r.publishWithin(ctx, events, deadline)
+	default:
 		errs = r.publish(ctx, events)
 	}
 	r.book.settling(fence)

@@ -121,20 +121,29 @@ func (b relayBundle) writeKeys(t *testing.T, keys, rounds int) map[string][]int6
 // Head of line: a key whose third event keeps failing holds its later
 // events pending and unsent while the other 49 keys finish; retrying the
 // dead event by hand releases the key, in order. Two relays of two workers
-// each serve the table.
+// each serve the table, on owned partitions and (--leases rows) under the
+// row-lease ordered claim.
 func TestRelayOrderedHeadOfLineBlock(t *testing.T) {
 	t.Parallel()
+	forEachLeases(t, testRelayOrderedHeadOfLineBlock)
+}
+
+func testRelayOrderedHeadOfLineBlock(t *testing.T, leases outbox.Leases) {
 	b := setupRelay(t)
 	const keys, rounds = 50, 6
 	want := b.writeKeys(t, keys, rounds)
 	stuck := want["k7"][2]
 	sink := orderSinkFailing(stuck, errors.New("refused"))
 	cfg := outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, Workers: 2, BatchSize: 16,
-		MaxAttempts: 3, BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond}
+		MaxAttempts: 3, BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		Leases: leases}
 	cfg.RelayID = "r1"
 	b.start(t, cfg)
 	cfg.RelayID = "r2"
 	b.start(t, cfg)
+	if leases == outbox.LeasesRows {
+		require.Equal(t, map[string]int{"": 256}, b.owners(t), "no partition held under row leases")
+	}
 
 	// Processing must be 0 too: the stuck key's later events may have been
 	// claimed in the head's batch, and go back to pending, unsent, just

@@ -66,9 +66,9 @@ func (c RelayConfig) validateLeases() error {
 	case len(c.EventTypes) > 0:
 		// A relay owns every event of its partitions: one serving some
 		// types would leave the others of its partitions unsent.
-		return &ConfigError{Field: "Leases", Err: fmt.Errorf("is partitions with EventTypes: a relay owns all the events of its partitions, so relays split by type would leave each other's events unsent; use leases rows with an event type filter")}
+		return &ConfigError{Field: "Leases", Err: fmt.Errorf("is partitions with EventTypes: a relay owns all the events of its partitions, so relays split by type would leave each other's events unsent; use LeasesRows with an event type filter")}
 	case c.CaptureSlot != "":
-		return &ConfigError{Field: "Leases", Err: fmt.Errorf("is partitions with CaptureSlot: the table path of a capture relay claims under row leases; use leases auto or rows")}
+		return &ConfigError{Field: "Leases", Err: fmt.Errorf("is partitions with CaptureSlot: the table path of a capture relay claims under row leases; use LeasesAuto or LeasesRows")}
 	}
 	return nil
 }

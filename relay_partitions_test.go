@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,7 +199,7 @@ func TestRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T) {
 func TestRelayUnorderedPartitions(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
-	olderTransaction(t, b.pool) // open until the test ends
+	older := olderTransaction(t, b.pool)
 	key := func(_ int, m *outbox.Message) { m.AggregateType, m.AggregateID = "order", "k" }
 	first := b.write(t, 1, key)[0]
 	gate, arrived := make(chan struct{}), make(chan struct{}, 3)
@@ -226,6 +227,8 @@ func TestRelayUnorderedPartitions(t *testing.T) {
 		t.Fatal("the later events did not reach the sink")
 	}
 	require.Zero(t, b.stats(t).Processing, "an event in flight is not written")
+	// The horizon is the cluster's: other tests' ordered reads wait for it.
+	require.NoError(t, older.Rollback(b.ctx))
 	close(gate)
 	b.waitStats(t, "the later events processed while the first retries", func(s outbox.Stats) bool {
 		return s.Processed == 2 && s.Pending == 1
@@ -246,4 +249,36 @@ func TestRelayUnorderedPartitions(t *testing.T) {
 	r, err = outbox.NewRelay(old.db, outbox.RelayConfig{Sink: rec, Schema: old.schema, Leases: outbox.LeasesPartitions})
 	require.NoError(t, err)
 	require.ErrorContains(t, r.Start(old.ctx), `leases "partitions" need schema version 8, schema "`+old.schema+`" is at 7: run outbox migrate`)
+}
+
+// silentSink answers nothing until its publish is cancelled, and counts its
+// calls.
+type silentSink struct{ calls atomic.Int64 }
+
+func (s *silentSink) Publish(ctx context.Context, events []outbox.Event) []error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return outbox.BatchError(len(events), fmt.Errorf("no answer: %w", ctx.Err()))
+}
+
+// A partition read's lease is what its partitions had left, at least half a
+// lease, which a sink timeout may pass: the publish ends before that lease
+// does, so its failure is marked (an attempt spent) under the partitions'
+// fence, and the event is dead-lettered after MaxAttempts, instead of going
+// back unmarked to be published again and again with no attempt counted.
+func TestRelayPartitionPublishEndsWithinItsLease(t *testing.T) {
+	t.Parallel()
+	forEachLeases(t, func(t *testing.T, leases outbox.Leases) {
+		b := setupRelay(t)
+		sink := &silentSink{}
+		b.start(t, outbox.RelayConfig{Sink: sink, Leases: leases, Lease: 2 * time.Second, SinkTimeout: 1950 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+		time.Sleep(700 * time.Millisecond) // the partitions' lease partly spent
+		id := b.write(t, 1, nil)[0]
+		b.waitStats(t, "dead-lettered after two attempts", func(s outbox.Stats) bool { return s.Failed == 1 })
+		e, err := b.mgr.Event(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, 2, e.Attempts)
+		require.EqualValues(t, 2, sink.calls.Load(), "published once per attempt")
+	})
 }

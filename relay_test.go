@@ -225,10 +225,20 @@ func TestRelayConcurrentRelaysAndWriters(t *testing.T) {
 func testRelayConcurrentRelaysAndWriters(t *testing.T, leases outbox.Leases) {
 	b := setupRelay(t)
 	sink := &exclusiveSink{inFlight: map[int64]string{}, delivered: map[int64]int{}}
+	lease := outbox.LeaseDefault
+	if leases == outbox.LeasesPartitions {
+		lease = 2 * time.Second // a balance round every 500ms: the relays share the partitions while the writers write
+	}
 	for i := range 3 {
 		id := fmt.Sprintf("relay-%d", i)
 		b.start(t, outbox.RelayConfig{Sink: sink.publisher(id), RelayID: id, BatchSize: 50, PollInterval: 5 * time.Millisecond,
-			Leases: leases})
+			Leases: leases, Lease: lease})
+	}
+	if leases == outbox.LeasesPartitions {
+		testutil.WaitFor(t, 10*time.Second, "the three relays share the partitions", func() bool {
+			owners := b.owners(t)
+			return owners["relay-0"] > 0 && owners["relay-1"] > 0 && owners["relay-2"] > 0
+		})
 	}
 
 	var (
@@ -890,6 +900,7 @@ func TestRelayRetentionModes(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []outbox.Retention{outbox.RetainDelete, outbox.RetainArchive} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			forEachLeases(t, func(t *testing.T, leases outbox.Leases) {
 				b := setupRelay(t)
 				ids := b.write(t, 20, nil)

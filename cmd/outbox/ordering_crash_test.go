@@ -254,7 +254,7 @@ func TestRelayOrderingFlags(t *testing.T) {
 	requireFail(t, run(t, nil, "relay", "--sink", "stdout:", "--leases", "shared"),
 		2, `invalid --leases "shared": use auto, rows or partitions`)
 	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:", "--leases", "partitions", "--event-types", "a.*"),
-		2, "--leases", "is partitions with EventTypes", "use leases rows with an event type filter")
+		2, "--leases partitions cannot be used with --event-types: a relay owns every event of its partitions", "use --leases rows with an event type filter")
 	sqlite := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
 	requireOK(t, run(t, nil, "--database-url", sqlite, "migrate"))
 	requireFail(t, run(t, nil, "--database-url", sqlite, "relay", "--sink", "stdout:", "--leases", "partitions"),

@@ -219,10 +219,11 @@ type Config struct {
 	// after each unordered one (not with WakeLogical), the writers' events
 	// spread over that many aggregates.
 	OrderedKeys []int
-	// Leases is how every relay the bench starts shares the events
-	// (outbox.RelayConfig.Leases): with outbox.LeasesPartitions the
-	// unordered drain, steady and latency runs own partitions too.
-	// Defaults to outbox.LeasesAuto.
+	// Leases is how the relays the bench starts share the events
+	// (outbox.RelayConfig.Leases), all but the capture relay's (whose table
+	// path takes row leases): with outbox.LeasesPartitions the unordered
+	// drain, steady, latency and tenants runs own partitions too
+	// (PostgreSQL). Defaults to outbox.LeasesAuto.
 	Leases outbox.Leases
 	// Wakes are the wake-up modes steady and latency run in, one run each.
 	// Defaults to WakePoll. WakeListen needs PostgreSQL.

@@ -144,7 +144,7 @@ SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::
 		return rep, err
 	}
 	relay, err := outbox.NewRelay(outbox.Postgres(pool), outbox.RelayConfig{Schema: single, Sink: sink, BatchSize: r.cfg.BatchSize,
-		Workers: r.cfg.Workers, PollInterval: r.cfg.PollInterval, Logger: r.cfg.Logger})
+		Workers: r.cfg.Workers, PollInterval: r.cfg.PollInterval, Logger: r.cfg.Logger, Leases: r.cfg.Leases})
 	if err != nil {
 		pool.Close()
 		return rep, err
@@ -249,7 +249,7 @@ SELECT 'order.created', 'order', g::text, $2::jsonb FROM generate_series(1, $1::
 	}
 	defer pool.Close()
 	tn, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{Schemas: prefix + "0*",
-		Relay: outbox.RelayConfig{Sink: sink, BatchSize: r.cfg.BatchSize, Logger: r.cfg.Logger}})
+		Relay: outbox.RelayConfig{Sink: sink, BatchSize: r.cfg.BatchSize, Logger: r.cfg.Logger, Leases: r.cfg.Leases}})
 	if err != nil {
 		return rep, err
 	}
@@ -344,7 +344,8 @@ func (r *Runner) runTenants(ctx context.Context, st *pgStore, glob string, sink 
 	}
 	defer pool.Close()
 	tn, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{Schemas: glob,
-		Relay: outbox.RelayConfig{Sink: sink, BatchSize: r.cfg.BatchSize, Workers: workers, PollInterval: r.cfg.PollInterval, Logger: r.cfg.Logger}})
+		Relay: outbox.RelayConfig{Sink: sink, BatchSize: r.cfg.BatchSize, Workers: workers, PollInterval: r.cfg.PollInterval, Logger: r.cfg.Logger,
+			Leases: r.cfg.Leases}})
 	if err != nil {
 		return 0, err
 	}

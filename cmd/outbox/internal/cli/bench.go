@@ -180,6 +180,9 @@ published into it; --keep leaves everything.`,
 			}) {
 				return usagef("invalid scenario receive: it runs on PostgreSQL only, not on %s", dbKindName(db.Kind))
 			}
+			if cfg.Leases == outbox.LeasesPartitions && db.Kind != dburl.KindPostgres {
+				return usagef("invalid --leases partitions: owned partitions are PostgreSQL's, not %s's; use --leases auto or rows", dbKindName(db.Kind))
+			}
 			if wake == "all" && db.Kind != dburl.KindPostgres {
 				// All the modes this database has: LISTEN is PostgreSQL's.
 				cfg.Wakes = slices.DeleteFunc(cfg.Wakes, func(w bench.Wake) bool { return w == bench.WakeListen })

@@ -231,6 +231,10 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	if err != nil {
 		return usagef("invalid %s %q: use auto, rows or partitions", m.name("leases"), clip(rf.leases))
 	}
+	if leases == outbox.LeasesPartitions && len(rf.eventTypes) > 0 {
+		return usagef("%s partitions cannot be used with %s: a relay owns every event of its partitions, so relays split by type would leave each other's events unsent; use --leases rows with an event type filter",
+			m.name("leases"), m.name("event-types"))
+	}
 	if err := checkCapture(m, rf, ordering); err != nil {
 		return err
 	}
@@ -252,7 +256,7 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 		return err
 	}
 	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
-	if leases == outbox.LeasesPartitions && pc == nil {
+	if leases == outbox.LeasesPartitions && db.Kind != dburl.KindPostgres {
 		return usagef("invalid %s partitions: owned partitions are PostgreSQL's (schema migration 8); on %s use --leases auto or rows", m.name("leases"), db.Kind)
 	}
 	if rf.capture == captureLogical && pc == nil {

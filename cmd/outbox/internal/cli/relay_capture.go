@@ -42,6 +42,8 @@ func checkCapture(m *merger, rf *relayFlags, ordering outbox.Ordering) error {
 		return usagef("%s cannot be used with --capture logical", m.name("max-batch-bytes"))
 	case ordering == outbox.OrderingAggregate:
 		return usagef("%s aggregate cannot be used with --capture logical: the stream delivers every event in commit order already", m.name("ordering"))
+	case rf.leases == string(outbox.LeasesPartitions):
+		return usagef("%s partitions cannot be used with --capture logical: the table path of a capture relay claims under row leases; use --leases auto or rows", m.name("leases"))
 	}
 	return nil
 }
