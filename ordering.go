@@ -126,9 +126,9 @@ func (r *Relay) claimOrdered(ctx context.Context, size int) (driver.Claim, error
 }
 
 // leaseMargin is how long before its lease's end, by this process's clock,
-// an ordered relay stops publishing a batch: another relay may own the
-// events once the lease ends, and must be the only one sending the key's
-// next event. The lease's start is taken as the moment the claim was sent,
+// a relay stops publishing an ordered or a partition batch (publishWithin):
+// another relay may own the events once the lease ends, and must be the
+// only one sending them (and a key's next event). The lease's start is taken as the moment the claim was sent,
 // which is before the database set it, so the local deadline falls before
 // the real one even without the margin; the margin covers clock drift and
 // scheduling delays.

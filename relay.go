@@ -600,8 +600,17 @@ func (r *Relay) handle(ctx context.Context, claim driver.Claim, claimDur time.Du
 	}
 	// Marks must land even while the relay shuts down, but never after the
 	// lease (by then another relay may own the rows, and the fence would
-	// make the mark a no-op anyway), nor after Stop gave up on them.
-	settleCtx, cancel := context.WithTimeout(r.settleBase, lease-claimDur)
+	// make the mark a no-op anyway), nor after Stop gave up on them. A
+	// partition batch's lease is what its partitions had left at the read,
+	// and its publish is cut before that (publishWithin); the balance
+	// rounds renew the partitions while it is in flight, and its marks are
+	// fenced in the database, so they get a database call's time more to
+	// mark what the cut publish left.
+	settleFor := lease - claimDur
+	if len(fence.Parts) > 0 {
+		settleFor += r.cfg.DBTimeout
+	}
+	settleCtx, cancel := context.WithTimeout(r.settleBase, settleFor)
 	defer cancel()
 	info := BatchInfo{RelayID: r.cfg.RelayID, Events: events, ClaimDuration: claimDur}
 
@@ -869,6 +878,9 @@ func (r *Relay) retryDB(ctx context.Context, f driver.Fence, n int, what string,
 		}
 		r.book.failed(f, err)
 		why := "the lease ran out; the events will be rescued and published again"
+		if len(f.Parts) > 0 {
+			why = "the partitions' lease ran out; the events stay pending and are published again"
+		}
 		if r.settleBase.Err() != nil {
 			why = "the relay stopped before the database took it; the events stay leased until the lease ends, then are rescued and published again"
 		}

@@ -251,27 +251,29 @@ func TestRelayUnorderedPartitions(t *testing.T) {
 	require.ErrorContains(t, r.Start(old.ctx), `leases "partitions" need schema version 8, schema "`+old.schema+`" is at 7: run outbox migrate`)
 }
 
-// silentSink answers nothing until its publish is cancelled, and counts its
-// calls.
+// silentSink answers nothing until its publish is cancelled, and then
+// only 300ms later (longer than the lease margin), and counts its calls.
 type silentSink struct{ calls atomic.Int64 }
 
 func (s *silentSink) Publish(ctx context.Context, events []outbox.Event) []error {
 	s.calls.Add(1)
 	<-ctx.Done()
+	time.Sleep(300 * time.Millisecond)
 	return outbox.BatchError(len(events), fmt.Errorf("no answer: %w", ctx.Err()))
 }
 
 // A partition read's lease is what its partitions had left, at least half a
-// lease, which a sink timeout may pass: the publish ends before that lease
-// does, so its failure is marked (an attempt spent) under the partitions'
-// fence, and the event is dead-lettered after MaxAttempts, instead of going
-// back unmarked to be published again and again with no attempt counted.
+// lease, which a sink timeout may pass: the publish is cut before that lease
+// ends, and its failure is marked (an attempt spent) under the partitions'
+// fence even when the sink answers the cut late, so the event is
+// dead-lettered after MaxAttempts, instead of going back unmarked to be
+// published again and again with no attempt counted.
 func TestRelayPartitionPublishEndsWithinItsLease(t *testing.T) {
 	t.Parallel()
 	forEachLeases(t, func(t *testing.T, leases outbox.Leases) {
 		b := setupRelay(t)
 		sink := &silentSink{}
-		b.start(t, outbox.RelayConfig{Sink: sink, Leases: leases, Lease: 2 * time.Second, SinkTimeout: 1950 * time.Millisecond,
+		b.start(t, outbox.RelayConfig{Sink: sink, Leases: leases, Lease: 2 * time.Second, SinkTimeout: 1500 * time.Millisecond,
 			PollInterval: 50 * time.Millisecond, MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
 		time.Sleep(700 * time.Millisecond) // the partitions' lease partly spent
 		id := b.write(t, 1, nil)[0]

@@ -227,7 +227,7 @@ func testRelayConcurrentRelaysAndWriters(t *testing.T, leases outbox.Leases) {
 	sink := &exclusiveSink{inFlight: map[int64]string{}, delivered: map[int64]int{}}
 	lease := outbox.LeaseDefault
 	if leases == outbox.LeasesPartitions {
-		lease = 2 * time.Second // a balance round every 500ms: the relays share the partitions while the writers write
+		lease = 5 * time.Second // a balance round every 1.25s: the relays share the partitions while the writers write
 	}
 	for i := range 3 {
 		id := fmt.Sprintf("relay-%d", i)

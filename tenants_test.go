@@ -303,6 +303,13 @@ func TestMatchGlob(t *testing.T) {
 // served.
 func TestTenantsLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
+	forEachLeases(t, testTenantsLeastPrivilegeRole)
+}
+
+// testTenantsLeastPrivilegeRole grants what docs/tenants.md lists, for
+// relays on owned partitions (LeasesPartitions) the partition tables and
+// outbox_migrations too.
+func testTenantsLeastPrivilegeRole(t *testing.T, leases outbox.Leases) {
 	b := setupTenants(t)
 	granted, other := b.tenant(t, "granted"), b.tenant(t, "other")
 	role := strings.TrimSuffix(b.prefix, "_") + "_relay"
@@ -313,12 +320,20 @@ func TestTenantsLeastPrivilegeRole(t *testing.T) {
 		_, _ = b.pool.Exec(context.Background(), `DROP ROLE `+pgx.Identifier{role}.Sanitize())
 	})
 	r, s := pgx.Identifier{role}.Sanitize(), func(table string) string { return pgx.Identifier{granted, table}.Sanitize() }
-	for _, grant := range []string{
+	grants := []string{
 		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{granted}.Sanitize() + ` TO ` + r,
 		`GRANT SELECT, UPDATE, DELETE ON ` + s("outbox_events") + ` TO ` + r,
 		`GRANT SELECT, INSERT ON ` + s("outbox_events_archive") + ` TO ` + r,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + s("outbox_relays") + `, ` + s("outbox_leases") + ` TO ` + r,
-	} {
+	}
+	if leases == outbox.LeasesPartitions {
+		grants = append(grants,
+			`GRANT SELECT ON `+s("outbox_migrations")+` TO `+r,
+			`GRANT SELECT, UPDATE ON `+s("outbox_partitions")+` TO `+r,
+			`GRANT SELECT, INSERT, UPDATE, DELETE ON `+s("outbox_partition_relays")+` TO `+r,
+			`GRANT SELECT, UPDATE ON `+s("outbox_partition_in_flight")+` TO `+r)
+	}
+	for _, grant := range grants {
 		_, err := b.pool.Exec(b.ctx, grant)
 		require.NoError(t, err, grant)
 	}
@@ -334,7 +349,8 @@ func TestTenantsLeastPrivilegeRole(t *testing.T) {
 	t.Cleanup(pool.Close)
 	rec := outboxtest.NewRecorder()
 	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
-		Relay: outbox.RelayConfig{Sink: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Schemas: b.prefix + "*",
+		Relay:        outbox.RelayConfig{Sink: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leases: leases},
+		Schemas:      b.prefix + "*",
 		ScanInterval: 20 * time.Millisecond,
 	})
 	require.NoError(t, err)

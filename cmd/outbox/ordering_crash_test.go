@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -255,6 +256,17 @@ func TestRelayOrderingFlags(t *testing.T) {
 		2, `invalid --leases "shared": use auto, rows or partitions`)
 	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:", "--leases", "partitions", "--event-types", "a.*"),
 		2, "--leases partitions cannot be used with --event-types: a relay owns every event of its partitions", "use --leases rows with an event type filter")
+	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "relay", "--sink", "stdout:", "--leases", "partitions", "--capture", "logical"),
+		2, "--leases partitions cannot be used with --capture logical")
+	// Several databases: PostgreSQL ones pass the lease check (and stop at
+	// the sink here), a MySQL/MariaDB one does not.
+	other, err := url.Parse(testutil.DatabaseURL())
+	require.NoError(t, err)
+	other.Path = "/postgres"
+	requireFail(t, run(t, nil, "--database-url", testutil.DatabaseURL(), "--database-url", other.String(), "relay", "--sink", "bogus:",
+		"--tenant-schemas", "none_*", "--leases", "partitions"), 2, `unknown sink scheme "bogus"`)
+	requireFail(t, run(t, nil, "--database-url", mariaDBURL(t, "test"), "--database-url", mariaDBURL(t, "mysql"), "relay", "--sink", "stdout:",
+		"--tenant-schemas", "none_*", "--leases", "partitions"), 2, "invalid --leases partitions: owned partitions are PostgreSQL's")
 	sqlite := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
 	requireOK(t, run(t, nil, "--database-url", sqlite, "migrate"))
 	requireFail(t, run(t, nil, "--database-url", sqlite, "relay", "--sink", "stdout:", "--leases", "partitions"),

@@ -269,7 +269,7 @@ published into it; --keep leaves everything.`,
 	f.IntVar(&cfg.Rate, "rate", bench.RateDefault, "latency: the writers' total events per second")
 	f.StringVar(&retention, "retention", string(outbox.RetainProcessed), "what the relay does with delivered events: processed, delete, archive, or all")
 	f.IntSliceVar(&cfg.OrderedKeys, "ordered-keys", nil, "drain and latency: after each unordered run, an ordered one (relay --ordering aggregate) per count, with the events spread over that many aggregates, such as 10000,1000,10")
-	f.StringVar((*string)(&cfg.Leases), "leases", string(outbox.LeasesAuto), "drain, steady and latency: how the relays share the events, as relay --leases: auto, rows or partitions (partitions: the unordered runs own partitions too; PostgreSQL)")
+	f.StringVar((*string)(&cfg.Leases), "leases", string(outbox.LeasesAuto), "drain, steady, latency and tenants: how the relays share the events, as relay --leases: auto, rows or partitions (partitions: the unordered runs own partitions too; PostgreSQL)")
 	f.StringVar(&wake, "wake", string(bench.WakePoll), "how steady's and latency's relay learns of new events: poll, listen (PostgreSQL only), process, or all")
 	f.StringVar(&cfg.Capture, "capture", bench.CapturePoll, "poll (the table relay), logical (the relay --capture logical: steady and latency with wake logical, drain as a burst written after its slot exists; PostgreSQL with wal_level = logical), or all (both, side by side)")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", bench.PollIntervalDefault, "the relay's and the reference loop's wait after an empty claim")

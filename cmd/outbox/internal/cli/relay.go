@@ -255,9 +255,20 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	} else if db, rawDB, err = a.parseDatabase(); err != nil {
 		return err
 	}
-	pc := db.Postgres // nil for SQLite and MySQL/MariaDB
-	if leases == outbox.LeasesPartitions && db.Kind != dburl.KindPostgres {
-		return usagef("invalid %s partitions: owned partitions are PostgreSQL's (schema migration 8); on %s use --leases auto or rows", m.name("leases"), db.Kind)
+	pc := db.Postgres // nil for SQLite and MySQL/MariaDB, and for several databases
+	if leases == outbox.LeasesPartitions {
+		kind := db.Kind
+		for _, d := range multi {
+			if d.pc == nil {
+				kind = dburl.KindMySQL
+			}
+		}
+		if kind != dburl.KindPostgres {
+			return usagef("invalid %s partitions: owned partitions are PostgreSQL's (schema migration 8); on %s use --leases auto or rows", m.name("leases"), kind)
+		}
+	}
+	if rf.capture == captureLogical && (rf.tenants.on() || len(multi) > 0) {
+		return usagef("%s cannot be used with --capture logical yet: run a capture relay per schema", rf.tenants.flag(m))
 	}
 	if rf.capture == captureLogical && pc == nil {
 		return usagef("invalid %s logical: change-data capture reads PostgreSQL's logical replication; on %s use --capture poll", m.name("capture"), db.Kind)
@@ -291,9 +302,6 @@ func (a *app) runRelayCommand(cmd *cobra.Command, rf *relayFlags) error {
 	}
 	rf.obs.target = sinkTracingTarget(rf.sinkURL, router)
 	if rf.capture == captureLogical {
-		if rf.tenants.on() || len(multi) > 0 {
-			return usagef("%s cannot be used with --capture logical yet: run a capture relay per schema", rf.tenants.flag(m))
-		}
 		return a.runCaptureRelay(cmd.Context(), pc, cfg, desc, &rf.obs, rf.group, int64(rf.maxSlotLag))
 	}
 	if rf.tenants.on() {
