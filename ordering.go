@@ -91,7 +91,7 @@ func (r *Relay) ordered() bool { return r.cfg.Ordering == OrderingAggregate }
 
 // checkOrdering refuses to start an ordered relay on a database or a schema
 // that cannot keep the order.
-func (r *Relay) checkOrdering(ctx context.Context) error {
+func (r *Relay) checkOrdering(ctx context.Context, version func() (int, error)) error {
 	r.parts = nil
 	if !r.ordered() {
 		return nil
@@ -99,7 +99,7 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 	if oc, ok := r.drv.(driver.OrderedClaimer); !ok || oc.OrderingSupported() != nil {
 		return fmt.Errorf("outbox: relay: ordering %q is not supported by this database driver; use ordering none", OrderingAggregate)
 	}
-	v, err := r.drv.SchemaVersion(ctx)
+	v, err := version()
 	if err != nil {
 		return fmt.Errorf("outbox: relay: read the schema version: %w", err)
 	}
@@ -128,10 +128,10 @@ func (r *Relay) claimOrdered(ctx context.Context, size int) (driver.Claim, error
 // leaseMargin is how long before its lease's end, by this process's clock,
 // a relay stops publishing an ordered or a partition batch (publishWithin):
 // another relay may own the events once the lease ends, and must be the
-// only one sending them (and a key's next event). The lease's start is taken as the moment the claim was sent,
-// which is before the database set it, so the local deadline falls before
-// the real one even without the margin; the margin covers clock drift and
-// scheduling delays.
+// only one sending them (and a key's next event). The lease's start is
+// taken as the moment the claim was sent, which is before the database
+// set it, so the local deadline falls before the real one even without
+// the margin; the margin covers clock drift and scheduling delays.
 func leaseMargin(lease time.Duration) time.Duration {
 	return min(lease/10, 2*time.Second)
 }

@@ -206,16 +206,18 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkPooler(ctx); err != nil {
 		return err
 	}
-	if err := r.checkScheduleSchema(ctx); err != nil {
+	// The schema version, read once, when a check below first needs it.
+	version := sync.OnceValues(func() (int, error) { return r.drv.SchemaVersion(ctx) })
+	if err := r.checkScheduleSchema(version); err != nil {
 		return err
 	}
-	if err := r.checkOrdering(ctx); err != nil {
+	if err := r.checkOrdering(ctx, version); err != nil {
 		return err
 	}
-	if err := r.startPartitions(ctx); err != nil {
+	if err := r.startPartitions(ctx, version); err != nil {
 		return err
 	}
-	r.startHeartbeat(ctx)
+	r.startHeartbeat(ctx, version)
 	r.resetCircuit(ctx)
 	r.proven.Store(false)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))

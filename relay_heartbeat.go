@@ -125,7 +125,7 @@ func (c RelayConfig) heartbeatTTL() time.Duration { return heartbeatStaleBeats *
 // writes the run's first beat, for Start. A schema before migration 6
 // turns it off with a warning: the relay works without it, but the
 // dashboard lists it only while it holds leases.
-func (r *Relay) startHeartbeat(ctx context.Context) {
+func (r *Relay) startHeartbeat(ctx context.Context, version func() (int, error)) {
 	hb := &r.heartbeat
 	hb.mu.Lock()
 	hb.on, hb.started, hb.last, hb.fails, hb.lastClaim = false, false, time.Time{}, 0, time.Time{}
@@ -133,7 +133,7 @@ func (r *Relay) startHeartbeat(ctx context.Context) {
 	if r.cfg.HeartbeatInterval < 0 {
 		return
 	}
-	v, err := r.drv.SchemaVersion(ctx)
+	v, err := version()
 	if err == nil && v > 0 && v < driver.HeartbeatVersion {
 		r.log.Warn("relay heartbeat off: the schema lacks outbox_relays, so the dashboard lists this relay only while it holds leases; run outbox migrate",
 			slog.Int("schema_version", v), slog.Int("heartbeat_version", driver.HeartbeatVersion))

@@ -116,11 +116,11 @@ func (r *Relay) balanceInterval() time.Duration { return max(r.cfg.Lease/4, 10*t
 // ordered (LeasesAuto) and the driver and schema support them, or when
 // LeasesPartitions asks for them (refusing a driver or schema without
 // them), and takes its first share.
-func (r *Relay) startPartitions(ctx context.Context) error {
+func (r *Relay) startPartitions(ctx context.Context, schemaVersion func() (int, error)) error {
 	r.parts = nil
 	asked := r.cfg.Leases == LeasesPartitions
-	if !asked && (r.cfg.Leases != LeasesAuto || !r.ordered() || r.cfg.CaptureSlot != "") {
-		return nil
+	if !asked && (r.cfg.Leases != LeasesAuto || !r.ordered()) {
+		return nil // (Validate refuses ordering with a capture slot)
 	}
 	pc, ok := r.drv.(driver.PartitionClaimer)
 	if !ok {
@@ -129,7 +129,7 @@ func (r *Relay) startPartitions(ctx context.Context) error {
 		}
 		return nil
 	}
-	version, err := r.drv.SchemaVersion(ctx)
+	version, err := schemaVersion()
 	if err != nil {
 		return fmt.Errorf("outbox: relay: read the schema version: %w", err)
 	}

@@ -146,11 +146,11 @@ func (c RelayConfig) validateSchedule() error {
 // lacks outbox_leases and the dead-letter retry columns. A schema whose
 // version is unknown (0: migrations vendored into another tool) passes;
 // its first job then fails with the database's error, logged.
-func (r *Relay) checkScheduleSchema(ctx context.Context) error {
+func (r *Relay) checkScheduleSchema(version func() (int, error)) error {
 	if !r.schedulesJobs() {
 		return nil
 	}
-	v, err := r.drv.SchemaVersion(ctx)
+	v, err := version()
 	if err != nil {
 		return fmt.Errorf("outbox: relay: read the schema version: %w", err)
 	}

@@ -117,7 +117,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		// an earlier one of their key (keyed), and those of transactions
 		// that ended while an older one still ran (below the horizon).
 		keyed := `
-      AND e.txid < (SELECT x FROM horizon) AND e.available_at <= now()
+      AND e.txid < (SELECT x FROM horizon)
       AND NOT EXISTS (SELECT FROM blockers b
                       WHERE b.aggregate_id = e.aggregate_id
                         AND coalesce(b.aggregate_type, '') = coalesce(e.aggregate_type, '')
@@ -131,8 +131,7 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 		case readSkip:
 			dead = ``
 		case readUnordered:
-			keyed, dead = `
-      AND e.available_at <= now()`, ``
+			keyed, dead = ``, ``
 		}
 		cols := strings.ReplaceAll(claimColumns, "e.locked_until", "p.lease_until")
 		// With record (migration 10), the read also writes the batch's
@@ -188,7 +187,7 @@ SELECT c.* FROM parts p CROSS JOIN LATERAL (
     SELECT ` + cols + `, e.txid::text::bigint AS txid, p.partition, p.fence, now(),
            pg_column_size(e.payload) + pg_column_size(e.headers) AS size
     FROM ` + t + ` e
-    WHERE ` + pe + ` = p.partition AND e.status = 'pending'` + keyed + dead + `
+    WHERE ` + pe + ` = p.partition AND e.status = 'pending' AND e.available_at <= now()` + keyed + dead + `
     ORDER BY e.txid, e.id
     LIMIT $7
 ) c

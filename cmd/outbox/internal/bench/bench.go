@@ -325,8 +325,6 @@ func (c Config) Validate() error {
 	switch {
 	case c.Capture != CapturePoll && c.Capture != CaptureLogical && c.Capture != CaptureAll:
 		return bad("Capture", "is %q: use %s, %s or %s", c.Capture, CapturePoll, CaptureLogical, CaptureAll)
-	case c.Leases != outbox.LeasesAuto && c.Leases != outbox.LeasesRows && c.Leases != outbox.LeasesPartitions:
-		return bad("Leases", "is %q: use auto, rows or partitions", c.Leases)
 	case c.PlainLoopConcurrency < 1:
 		return bad("PlainLoopConcurrency", "is %d: use at least 1", c.PlainLoopConcurrency)
 	case c.PlainLoopURL != "" && !validPlainLoopURL(c.PlainLoopURL):
@@ -353,6 +351,9 @@ func (c Config) Validate() error {
 		return bad("PollInterval", "is %v: use a positive duration", c.PollInterval)
 	case !schemaPrefixPattern.MatchString(c.SchemaPrefix) || strings.HasPrefix(c.SchemaPrefix, "pg_"):
 		return bad("SchemaPrefix", "is %q: use 1 to 40 lower-case letters, digits and underscores, not starting with a digit or pg_", c.SchemaPrefix)
+	}
+	if _, err := outbox.ParseLeases(string(c.Leases)); err != nil {
+		return bad("Leases", "is %q: use auto, rows or partitions", c.Leases)
 	}
 	for _, r := range c.Retentions {
 		if _, err := outbox.ParseRetention(string(r)); err != nil {
