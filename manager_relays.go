@@ -30,6 +30,12 @@ type RelayInfo struct {
 	Sink string
 	// EventTypes are the relay's event type patterns; empty for all.
 	EventTypes []string
+	// Ordering, OrderedFailure (for an ordered relay) and Leases (rows or
+	// partitions, never auto) are how the relay delivers; empty for a
+	// relay of an earlier version, or on a schema before migration 13.
+	Ordering       Ordering
+	OrderedFailure OrderedFailure
+	Leases         Leases
 	// StartedAt is when the relay started; LastSeen its last heartbeat;
 	// LastClaim the last claim that leased events (zero for none since
 	// it started). All by the database clock.
@@ -52,7 +58,11 @@ func (m *Manager) Relays(ctx context.Context) ([]RelayInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := m.drv.Relays(ctx)
+	v, err := m.drv.SchemaVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := m.drv.Relays(ctx, v >= driver.DeliveryVersion)
 	if err != nil && !errors.Is(err, driver.ErrNoTable) {
 		return nil, err
 	}
@@ -61,6 +71,8 @@ func (m *Manager) Relays(ctx context.Context) ([]RelayInfo, error) {
 		info := RelayInfo{
 			RelayID: r.RelayID, Heartbeat: true, Host: r.Host, PID: r.PID, Version: r.Version, Sink: r.Sink,
 			StartedAt: r.StartedAt, LastSeen: r.LastSeen, LastClaim: r.LastClaim, Stale: r.ExpiresAt.Before(r.Now),
+			Ordering: Ordering(r.Delivery.Ordering), OrderedFailure: OrderedFailure(r.Delivery.OrderedFailure),
+			Leases: Leases(r.Delivery.Leases),
 		}
 		if r.EventTypes != "" {
 			info.EventTypes = strings.Split(r.EventTypes, ",")

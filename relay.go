@@ -214,7 +214,13 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkOrdering(ctx, version); err != nil {
 		return err
 	}
-	if err := r.startPartitions(ctx, version); err != nil {
+	if err := r.startPartitions(version); err != nil {
+		return err
+	}
+	if err := r.checkDelivery(ctx, version); err != nil {
+		return err
+	}
+	if err := r.takePartitions(ctx); err != nil {
 		return err
 	}
 	r.startHeartbeat(ctx, version)

@@ -49,6 +49,12 @@ type heartbeat struct {
 	// lastClaim is the database time of the last claim that leased
 	// events (the lease's end less the lease); zero for none in this run.
 	lastClaim time.Time
+	// withDelivery: the schema records how relays deliver
+	// (driver.DeliveryVersion); each beat writes proc.Delivery and
+	// checks the others' (checkDelivery). rivals are the relays last
+	// found delivering otherwise, each logged once.
+	withDelivery bool
+	rivals       map[string]bool
 }
 
 // relayProcess describes this relay for its heartbeat row.
@@ -162,12 +168,15 @@ func (r *Relay) beat(ctx context.Context) {
 	hb := &r.heartbeat
 	hb.mu.Lock()
 	b := driver.Beat{RelayProcess: hb.proc, Start: !hb.started, TTL: r.cfg.heartbeatTTL(),
-		LastClaim: hb.lastClaim, Forget: heartbeatForget}
+		LastClaim: hb.lastClaim, Forget: heartbeatForget, WithDelivery: hb.withDelivery}
 	hb.last = time.Now()
 	hb.mu.Unlock()
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	err := r.drv.Heartbeat(bctx, b)
 	cancel()
+	if err == nil && b.WithDelivery {
+		r.watchDelivery(ctx)
+	}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	switch {
@@ -227,4 +236,114 @@ func (r *Relay) removeHeartbeat(ctx context.Context) {
 		r.log.Warn("removing the relay's heartbeat row failed; it shows as stale until it expires",
 			slog.String("error", err.Error()))
 	}
+}
+
+// checkDelivery refuses, for Start, to run beside a live relay of the
+// schema that delivers otherwise: an unordered relay beside ordered ones
+// sends a key's events out of order, and a relay on row leases beside
+// relays on owned partitions sends events they have in flight a second
+// time. It reads the heartbeat rows once the lease mode is chosen, before
+// any event or partition is taken; relays of earlier versions, which do
+// not record how they deliver, and rows gone stale are not checked. Two
+// relays that start at the same moment both pass: each beat checks again
+// and logs (watchDelivery).
+func (r *Relay) checkDelivery(ctx context.Context, version func() (int, error)) error {
+	hb := &r.heartbeat
+	v, err := version()
+	if err != nil {
+		// As the heartbeat does: a role without SELECT on outbox_migrations
+		// runs as before, unchecked.
+		r.log.Warn("the relay does not check how the other relays of its schema deliver: reading the schema version failed; grant the relay's role SELECT on outbox_migrations",
+			slog.String("schema", r.cfg.Schema), slog.String("error", err.Error()))
+		v = 0
+	}
+	hb.mu.Lock()
+	hb.proc.Delivery = r.delivery()
+	hb.withDelivery, hb.rivals = v >= driver.DeliveryVersion, nil
+	hb.mu.Unlock()
+	if v < driver.DeliveryVersion {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	rows, err := r.drv.Relays(ctx, true)
+	switch {
+	case errors.Is(err, driver.ErrNoTable):
+		return nil // the heartbeat turns itself off and says why
+	case err != nil:
+		return fmt.Errorf("outbox: relay: read the other relays of schema %q: %w", r.cfg.Schema, err)
+	}
+	rivals := r.rivals(rows)
+	if len(rivals) == 0 {
+		return nil
+	}
+	o := rivals[0]
+	return fmt.Errorf("outbox: relay: relay %q (host %q, pid %d) delivers with %s on schema %q, and this relay would deliver with %s: "+
+		"every relay of a schema must deliver the same way (docs/ordering.md#one-way-of-delivery-per-schema); "+
+		"stop the other relays first, or give this one their settings (a relay that was killed drops out once its heartbeat row goes stale, at most %s from now)",
+		o.RelayID, o.Host, o.PID, describeDelivery(o.Delivery), r.cfg.Schema, describeDelivery(hb.proc.Delivery),
+		max(o.ExpiresAt.Sub(o.Now), 0).Round(time.Second))
+}
+
+// watchDelivery logs, once each, the live relays of the schema found
+// delivering otherwise than this one after it started (two relays started
+// at the same moment pass checkDelivery both).
+func (r *Relay) watchDelivery(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	rows, err := r.drv.Relays(ctx, true)
+	if err != nil {
+		return // the next beat reads them again
+	}
+	hb := &r.heartbeat
+	seen := map[string]bool{}
+	for _, o := range r.rivals(rows) {
+		seen[o.RelayID] = true
+		hb.mu.Lock()
+		logged := hb.rivals[o.RelayID]
+		hb.mu.Unlock()
+		if !logged {
+			r.log.Error("another relay of the schema delivers otherwise: while both run, events may be sent twice or a key's events out of order; stop one of them (docs/ordering.md#one-way-of-delivery-per-schema)",
+				slog.String("schema", r.cfg.Schema), slog.String("other_relay", o.RelayID), slog.String("other_host", o.Host),
+				slog.Int("other_pid", o.PID), slog.String("other_delivery", describeDelivery(o.Delivery)),
+				slog.String("delivery", describeDelivery(hb.proc.Delivery)))
+		}
+	}
+	hb.mu.Lock()
+	hb.rivals = seen
+	hb.mu.Unlock()
+}
+
+// rivals returns the live relays among rows, other than this one, that
+// record a delivery other than this relay's.
+func (r *Relay) rivals(rows []driver.RelayRow) []driver.RelayRow {
+	var out []driver.RelayRow
+	for _, o := range rows {
+		if o.RelayID != r.cfg.RelayID && o.Delivery != (driver.Delivery{}) && o.ExpiresAt.After(o.Now) &&
+			o.Delivery != r.heartbeat.proc.Delivery {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// delivery is how this relay delivers, once Start chose its leases.
+func (r *Relay) delivery() driver.Delivery {
+	d := driver.Delivery{Ordering: string(r.cfg.Ordering), Leases: string(LeasesRows)}
+	if r.ordered() {
+		d.OrderedFailure = string(r.cfg.OrderedFailure)
+	}
+	if r.parts != nil {
+		d.Leases = string(LeasesPartitions)
+	}
+	return d
+}
+
+// describeDelivery names a delivery in the relay's settings.
+func describeDelivery(d driver.Delivery) string {
+	s := "ordering " + d.Ordering
+	if d.OrderedFailure != "" {
+		s += ", ordered failure " + d.OrderedFailure
+	}
+	return s + ", leases " + d.Leases
 }

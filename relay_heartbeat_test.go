@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -71,3 +73,110 @@ type namedSink struct{}
 
 func (namedSink) Publish(_ context.Context, events []outbox.Event) []error { return nil }
 func (namedSink) String() string                                           { return "mysink(broker-1)" }
+
+// TestRelayDeliveryMustMatch: every relay of a schema must deliver the same
+// way. A relay refuses to start beside a live relay that delivers
+// otherwise (ordering, ordered failure policy or leases), names it and says
+// how each delivers, and takes nothing; one that delivers the same way
+// joins; once the others stopped, any delivery starts. Stale rows and rows
+// of relays of earlier versions (no delivery recorded) are not checked.
+func TestRelayDeliveryMustMatch(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	rec := outboxtest.NewRecorder()
+	const beat = 50 * time.Millisecond
+	ordered := b.start(t, outbox.RelayConfig{Sink: rec, RelayID: "ordered-a", Ordering: outbox.OrderingAggregate, HeartbeatInterval: beat})
+
+	refused := func(cfg outbox.RelayConfig, want ...string) {
+		t.Helper()
+		cfg.Schema, cfg.Sink, cfg.HeartbeatInterval = b.schema, rec, beat
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		r, err := outbox.NewRelay(b.db, cfg)
+		require.NoError(t, err)
+		err = r.Start(b.ctx)
+		require.Error(t, err, "%s started beside a relay that delivers otherwise", cfg.RelayID)
+		require.ErrorContains(t, err, "every relay of a schema must deliver the same way")
+		for _, w := range want {
+			require.ErrorContains(t, err, w)
+		}
+		var owned int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM "`+b.schema+`".outbox_partitions WHERE owner = $1`,
+			cfg.RelayID).Scan(&owned))
+		require.Zero(t, owned, "%s took partitions", cfg.RelayID)
+	}
+	const others = `relay "ordered-a" (host `
+	const orderedWith = "delivers with ordering aggregate, ordered failure block, leases partitions"
+	refused(outbox.RelayConfig{RelayID: "unordered-b"}, others, orderedWith,
+		"this relay would deliver with ordering none, leases rows")
+	refused(outbox.RelayConfig{RelayID: "skip-c", Ordering: outbox.OrderingAggregate, OrderedFailure: outbox.OrderedFailureSkip},
+		others, "this relay would deliver with ordering aggregate, ordered failure skip, leases partitions")
+	refused(outbox.RelayConfig{RelayID: "rows-d", Ordering: outbox.OrderingAggregate, Leases: outbox.LeasesRows},
+		others, "this relay would deliver with ordering aggregate, ordered failure block, leases rows")
+	refused(outbox.RelayConfig{RelayID: "partitions-e", Leases: outbox.LeasesPartitions},
+		others, "this relay would deliver with ordering none, leases partitions")
+
+	same := b.start(t, outbox.RelayConfig{Sink: rec, RelayID: "ordered-f", Ordering: outbox.OrderingAggregate, HeartbeatInterval: beat})
+	relays, err := b.mgr.Relays(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, relays, 2, "the refused relays left no heartbeat row")
+	for _, r := range relays {
+		require.Equal(t, outbox.OrderingAggregate, r.Ordering, r.RelayID)
+		require.Equal(t, outbox.OrderedFailureBlock, r.OrderedFailure, r.RelayID)
+		require.Equal(t, outbox.LeasesPartitions, r.Leases, r.RelayID)
+	}
+	ids := b.write(t, 20, nil)
+	rec.WaitLen(t, len(ids), 20*time.Second)
+
+	// A row gone stale, and a live row of a relay of an earlier version
+	// (no delivery recorded), are not checked.
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, ordered.Stop(ctx))
+	require.NoError(t, same.Stop(ctx))
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO "`+b.schema+`".outbox_relays
+    (relay_id, host, pid, version, sink, event_types, started_at, last_seen, expires_at, ordering, ordered_failure, leases)
+VALUES ('killed', 'h', 1, 'v', 's', '', now(), now(), now() - interval '1 second', 'aggregate', 'block', 'partitions'),
+       ('older', 'h', 2, 'v', 's', '', now(), now(), now() + interval '1 minute', NULL, NULL, NULL)`)
+	require.NoError(t, err)
+	b.start(t, outbox.RelayConfig{Sink: rec, RelayID: "unordered-b", HeartbeatInterval: beat})
+	relays, err = b.mgr.Relays(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, relays, 3)
+	require.Equal(t, "older", relays[1].RelayID)
+	require.Empty(t, relays[1].Ordering, "a relay of an earlier version records no delivery")
+	require.Equal(t, outbox.OrderingNone, relays[2].Ordering)
+	require.Empty(t, relays[2].OrderedFailure)
+	require.Equal(t, outbox.LeasesRows, relays[2].Leases)
+}
+
+// TestRelayDeliveryWatched: two relays that start at the same moment both
+// pass the start's check; each beat reads the others again and logs, once
+// for as long as it runs, a live relay found delivering otherwise.
+func TestRelayDeliveryWatched(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	logs := &logBuffer{}
+	logs.dumpOnFailure(t)
+	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), RelayID: "unordered", HeartbeatInterval: 20 * time.Millisecond,
+		Logger: logs.logger()})
+	rival := func() {
+		_, err := b.pool.Exec(b.ctx, `INSERT INTO "`+b.schema+`".outbox_relays
+    (relay_id, host, pid, version, sink, event_types, started_at, last_seen, expires_at, ordering, ordered_failure, leases)
+VALUES ('rival', 'web-2', 7, 'v', 's', '', now(), now(), now() + interval '1 minute', 'aggregate', 'skip', 'rows')`)
+		require.NoError(t, err)
+	}
+	const line = "another relay of the schema delivers otherwise"
+	count := func() int { return strings.Count(logs.String(), line) }
+	rival()
+	testutil.WaitFor(t, 10*time.Second, "the rival logged", func() bool { return count() == 1 })
+	require.True(t, logs.hasLine(line, "other_relay=rival", "other_host=web-2", "other_pid=7",
+		`other_delivery="ordering aggregate, ordered failure skip, leases rows"`, `delivery="ordering none, leases rows"`))
+	time.Sleep(200 * time.Millisecond) // ten beats
+	require.Equal(t, 1, count(), "logged once while it runs")
+
+	_, err := b.pool.Exec(b.ctx, `DELETE FROM "`+b.schema+`".outbox_relays WHERE relay_id = 'rival'`)
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond)
+	rival()
+	testutil.WaitFor(t, 10*time.Second, "the rival logged again once it came back", func() bool { return count() == 2 })
+}

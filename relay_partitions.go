@@ -115,8 +115,8 @@ func (r *Relay) balanceInterval() time.Duration { return max(r.cfg.Lease/4, 10*t
 // startPartitions switches the relay to owned partitions, when it is
 // ordered (LeasesAuto) and the driver and schema support them, or when
 // LeasesPartitions asks for them (refusing a driver or schema without
-// them), and takes its first share.
-func (r *Relay) startPartitions(ctx context.Context, schemaVersion func() (int, error)) error {
+// them). takePartitions then takes its first share.
+func (r *Relay) startPartitions(schemaVersion func() (int, error)) error {
 	r.parts = nil
 	asked := r.cfg.Leases == LeasesPartitions
 	if !asked && (r.cfg.Leases != LeasesAuto || !r.ordered()) {
@@ -141,6 +141,15 @@ func (r *Relay) startPartitions(ctx context.Context, schemaVersion func() (int, 
 		return nil
 	}
 	r.parts = &partitions{pc: pc, busy: map[int32]time.Time{}, capped: map[int32]bool{}, first: -1, inFlight: version >= driver.InFlightVersion}
+	return nil
+}
+
+// takePartitions runs a relay's first balance round, for Start, when it
+// runs on owned partitions.
+func (r *Relay) takePartitions(ctx context.Context) error {
+	if r.parts == nil {
+		return nil
+	}
 	rescued, err := r.balanceRound(ctx)
 	r.parts.startRescue = rescued
 	if err != nil {

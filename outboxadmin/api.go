@@ -261,15 +261,21 @@ type RelaysJSON struct {
 // fields are absent for a relay seen only through its leases (heartbeat
 // false); the lease fields are null for a relay holding none.
 type RelayJSON struct {
-	RelayID    string     `json:"relay_id"`
-	Heartbeat  bool       `json:"heartbeat"`
-	Host       string     `json:"host,omitempty"`
-	PID        int        `json:"pid,omitempty"`
-	Version    string     `json:"version,omitempty"`
-	Sink       string     `json:"sink,omitempty"`
-	EventTypes []string   `json:"event_types,omitempty"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	LastSeen   *time.Time `json:"last_seen,omitempty"`
+	RelayID    string   `json:"relay_id"`
+	Heartbeat  bool     `json:"heartbeat"`
+	Host       string   `json:"host,omitempty"`
+	PID        int      `json:"pid,omitempty"`
+	Version    string   `json:"version,omitempty"`
+	Sink       string   `json:"sink,omitempty"`
+	EventTypes []string `json:"event_types,omitempty"`
+	// Ordering ("none" or "aggregate"), OrderedFailure ("block" or "skip",
+	// ordered relays) and Leases ("rows" or "partitions") are how the
+	// relay delivers; absent for a relay of an earlier version.
+	Ordering       string     `json:"ordering,omitempty"`
+	OrderedFailure string     `json:"ordered_failure,omitempty"`
+	Leases         string     `json:"leases,omitempty"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	LastSeen       *time.Time `json:"last_seen,omitempty"`
 	// LastClaimAt is the last claim that leased events, null for none
 	// since the relay started.
 	LastClaimAt *time.Time `json:"last_claim_at"`
@@ -290,7 +296,8 @@ func NewRelaysJSON(relays []outbox.RelayInfo) RelaysJSON {
 	for i, r := range relays {
 		out.Relays[i] = RelayJSON{
 			RelayID: r.RelayID, Heartbeat: r.Heartbeat, Host: r.Host, PID: r.PID, Version: r.Version, Sink: r.Sink,
-			EventTypes: r.EventTypes, StartedAt: optionalTime(r.StartedAt), LastSeen: optionalTime(r.LastSeen),
+			EventTypes: r.EventTypes, Ordering: string(r.Ordering), OrderedFailure: string(r.OrderedFailure),
+			Leases: string(r.Leases), StartedAt: optionalTime(r.StartedAt), LastSeen: optionalTime(r.LastSeen),
 			LastClaimAt: optionalTime(r.LastClaim), Stale: r.Stale,
 			Events: r.Lease.Events, FirstLeaseEnd: optionalTime(r.Lease.FirstEnd), LastLeaseEnd: optionalTime(r.Lease.LastEnd),
 			Expired: r.Lease.Expired,

@@ -26,7 +26,7 @@ func TestMigrate(t *testing.T) {
 	db := outbox.Postgres(testutil.Pool(t))
 	cfg := outboxmigrate.Config{Schema: testutil.EmptySchemaName(t)}
 	latest := outboxmigrate.Latest(db)
-	require.Equal(t, outboxmigrate.Migration{Version: 12, Name: "partition_due"}, latest)
+	require.Equal(t, outboxmigrate.Migration{Version: 13, Name: "relay_delivery"}, latest)
 
 	v, err := outboxmigrate.Version(ctx, db, cfg)
 	require.NoError(t, err)

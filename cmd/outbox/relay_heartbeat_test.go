@@ -94,3 +94,38 @@ func TestRelayHeartbeatRow(t *testing.T) {
 		require.NotContains(t, stopped.stderr.String(), s)
 	}
 }
+
+// TestRelayDeliveryRefused: outbox relay refuses to start beside a running
+// relay of the schema that delivers otherwise, exits 1 with one line
+// naming that relay and both deliveries, and starts once it stopped.
+// outbox stats lists how each relay delivers.
+func TestRelayDeliveryRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	relay := func(id string, args ...string) []string {
+		return append([]string{"--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--sink", "stdout:",
+			"--relay-id", id, "--poll-interval", "50ms", "--heartbeat-interval", "100ms", "--log-level", "warn"}, args...)
+	}
+	ordered := start(t, nil, relay("cli-ordered", "--ordering", "aggregate")...)
+	testutil.WaitFor(t, 30*time.Second, "the ordered relay listed", func() bool {
+		relays, err := b.mgr.Relays(b.ctx)
+		require.NoError(t, err)
+		return len(relays) == 1
+	})
+	res := outboxCmd(t, b.schema, "stats")
+	requireOK(t, res)
+	require.Regexp(t, `cli-ordered\s+idle, stdout.*ordering aggregate \(block\), leases partitions`, res.stdout)
+
+	res = run(t, nil, relay("cli-unordered")...)
+	requireFail(t, res, 1, `relay "cli-ordered" (host `, "delivers with ordering aggregate, ordered failure block, leases partitions",
+		"this relay would deliver with ordering none, leases rows", "every relay of a schema must deliver the same way")
+
+	require.Equal(t, 0, ordered.stop(t, syscall.SIGTERM))
+	unordered := start(t, nil, relay("cli-unordered")...)
+	testutil.WaitFor(t, 30*time.Second, "the unordered relay listed", func() bool {
+		relays, err := b.mgr.Relays(b.ctx)
+		require.NoError(t, err)
+		return len(relays) == 1 && relays[0].RelayID == "cli-unordered" && relays[0].Ordering == outbox.OrderingNone
+	})
+	require.Equal(t, 0, unordered.stop(t, syscall.SIGTERM))
+}

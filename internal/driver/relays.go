@@ -9,6 +9,10 @@ import (
 // relay heartbeats.
 const HeartbeatVersion = 6
 
+// DeliveryVersion is the migration that adds how each relay delivers
+// (Delivery) to outbox_relays.
+const DeliveryVersion = 13
+
 // RelayProcess describes a relay process in its heartbeat row.
 type RelayProcess struct {
 	RelayID string
@@ -20,6 +24,22 @@ type RelayProcess struct {
 	// EventTypes are the relay's event type patterns, comma-separated;
 	// empty for all.
 	EventTypes string
+	// Delivery is how the relay delivers; zero in a row of a relay of an
+	// earlier version, or read without the columns.
+	Delivery Delivery
+}
+
+// Delivery is how a relay delivers, as its heartbeat row records it from
+// migration 13 (DeliveryVersion). Every relay of a schema must deliver the
+// same way.
+type Delivery struct {
+	// Ordering is "none" or "aggregate".
+	Ordering string
+	// OrderedFailure is "block" or "skip" for an ordered relay, empty
+	// otherwise.
+	OrderedFailure string
+	// Leases is the lease mode the relay runs: "rows" or "partitions".
+	Leases string
 }
 
 // Beat is one heartbeat of a relay.
@@ -35,6 +55,9 @@ type Beat struct {
 	// Forget deletes the rows of other relays that have been stale for
 	// longer than this.
 	Forget time.Duration
+	// WithDelivery writes RelayProcess.Delivery: the schema is at
+	// DeliveryVersion.
+	WithDelivery bool
 }
 
 // RelayRow is a heartbeat row as read back.
@@ -57,6 +80,7 @@ type Heartbeats interface {
 	Heartbeat(ctx context.Context, b Beat) error
 	// RemoveRelay deletes relayID's row.
 	RemoveRelay(ctx context.Context, relayID string) error
-	// Relays reads every heartbeat row, by relay ID.
-	Relays(ctx context.Context) ([]RelayRow, error)
+	// Relays reads every heartbeat row, by relay ID, with the rows'
+	// Delivery when withDelivery (the schema is at DeliveryVersion).
+	Relays(ctx context.Context, withDelivery bool) ([]RelayRow, error)
 }

@@ -439,12 +439,14 @@
   // missed three heartbeats: killed, hung, or cut off from the database.
   function relaysTable(relays) {
     const when = (iso) => (iso ? h('span', { title: fmtTime(iso) }, fmtRelative(iso)) : '–');
-    return table(['Relay', 'Status', 'Sink', 'Version', 'Started', 'Last seen', 'Last claim', 'Events', 'First lease ends'], relays, (r) => [
+    return table(['Relay', 'Status', 'Sink', 'Delivery', 'Version', 'Started', 'Last seen', 'Last claim', 'Events', 'First lease ends'], relays, (r) => [
       td('Relay', h('span', { title: r.host ? `${r.host}, pid ${r.pid}` : '' }, r.relay_id || '(unknown)'), 'mono'),
       td('Status', !r.heartbeat ? h('span', { class: 'muted', title: 'No heartbeat row: an older relay, or a schema before migration 006' }, 'leases only')
         : r.stale ? h('span', { class: 'error', title: 'No heartbeat for three intervals: killed, hung or cut off from the database' }, 'stale')
           : (r.events > 0 ? 'publishing' : 'idle')),
       td('Sink', h('span', { class: 'mono' }, (r.sink || '–') + (r.event_types && r.event_types.length ? ' (' + r.event_types.join(', ') + ')' : ''))),
+      td('Delivery', r.ordering ? h('span', { title: 'How the relay delivers: every relay of a schema must deliver the same way' },
+        'ordering ' + r.ordering + (r.ordered_failure ? ' (' + r.ordered_failure + ')' : '') + ', leases ' + r.leases) : '–'),
       td('Version', r.version || '–', 'mono'),
       td('Started', when(r.started_at)),
       td('Last seen', when(r.last_seen)),

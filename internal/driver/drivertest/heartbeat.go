@@ -18,7 +18,7 @@ import (
 // relays reads the heartbeat rows.
 func (b bundle) relays(t testing.TB) []driver.RelayRow {
 	t.Helper()
-	rows, err := b.drv.Relays(b.ctx)
+	rows, err := b.drv.Relays(b.ctx, true)
 	require.NoError(t, err)
 	return rows
 }
@@ -26,12 +26,16 @@ func (b bundle) relays(t testing.TB) []driver.RelayRow {
 func testHeartbeat(t *testing.T, h Harness) {
 	b := setup(t, h)
 	proc := driver.RelayProcess{RelayID: "a", Host: "web-1", PID: 4242, Version: "v1.2.3",
-		Sink: "natssink(nats://127.0.0.1:4222)", EventTypes: "order.*,invoice.*"}
-	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, Start: true, TTL: time.Minute, Forget: time.Hour}))
+		Sink: "natssink(nats://127.0.0.1:4222)", EventTypes: "order.*,invoice.*",
+		Delivery: driver.Delivery{Ordering: "aggregate", OrderedFailure: "block", Leases: "rows"}}
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: proc, Start: true, TTL: time.Minute, Forget: time.Hour, WithDelivery: true}))
 	rows := b.relays(t)
 	require.Len(t, rows, 1)
 	first := rows[0]
 	require.Equal(t, proc, first.RelayProcess)
+	without, err := b.drv.Relays(b.ctx, false)
+	require.NoError(t, err)
+	require.Zero(t, without[0].Delivery, "read without the delivery columns (a schema before migration 13)")
 	require.Equal(t, first.StartedAt, first.LastSeen, "the first beat starts the run")
 	require.True(t, first.LastClaim.IsZero(), "no claim yet")
 	require.WithinDuration(t, first.Now.Add(time.Minute), first.ExpiresAt, 5*time.Second, "expires_at is now plus the TTL, by the database clock")
@@ -45,10 +49,16 @@ func testHeartbeat(t *testing.T, h Harness) {
 	require.False(t, rows[0].LastSeen.Before(first.LastSeen))
 	require.WithinDuration(t, claimed, rows[0].LastClaim, time.Millisecond)
 
+	// A beat without WithDelivery (a schema before migration 13) leaves
+	// the columns alone; a relay that records none reads as zero.
+	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: driver.RelayProcess{RelayID: "a", Host: "web-1",
+		PID: 4242, Version: "v1.2.3", Sink: proc.Sink, EventTypes: proc.EventTypes}, TTL: time.Minute, Forget: time.Hour}))
+	require.Equal(t, proc.Delivery, b.relays(t)[0].Delivery)
+
 	// b beats with a short TTL and goes stale by the database clock; a
 	// beat of a's that forgets stale rows at once deletes it, never a's own.
 	other := proc
-	other.RelayID, other.EventTypes = "b", ""
+	other.RelayID, other.EventTypes, other.Delivery = "b", "", driver.Delivery{}
 	require.NoError(t, b.drv.Heartbeat(b.ctx, driver.Beat{RelayProcess: other, Start: true, TTL: 20 * time.Millisecond, Forget: time.Hour}))
 	testutil.WaitFor(t, 10*time.Second, "b's row to go stale", func() bool {
 		rows := b.relays(t)
@@ -125,4 +135,41 @@ func testRelayHeartbeat(t *testing.T, h Harness) {
 	require.NoError(t, r.Stop(ctx))
 	stopped = true
 	require.Empty(t, list(), "a stopped relay is gone when Stop returns")
+}
+
+// testRelayDelivery: a relay refuses to start beside a live relay of the
+// schema that delivers otherwise (here an unordered relay beside an
+// ordered one), and starts once that one stopped.
+func testRelayDelivery(t *testing.T, h Harness) {
+	if h.NoOrdering != "" {
+		t.Skip(h.NoOrdering)
+	}
+	b := setup(t, h)
+	start := func(id string, ordering outbox.Ordering) (*outbox.Relay, error) {
+		r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: outboxtest.NewRecorder(),
+			RelayID: id, Ordering: ordering, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+			PgBouncer: h.Pooled, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		err = r.Start(b.ctx)
+		if err == nil {
+			t.Cleanup(func() { _ = r.Stop(context.Background()) })
+		}
+		return r, err
+	}
+	ordered, err := start("ordered", outbox.OrderingAggregate)
+	require.NoError(t, err)
+	_, err = start("unordered", outbox.OrderingNone)
+	require.ErrorContains(t, err, `relay "ordered" (host `)
+	require.ErrorContains(t, err, "delivers with ordering aggregate, ordered failure block")
+	require.ErrorContains(t, err, "this relay would deliver with ordering none, leases rows")
+	require.Len(t, b.relays(t), 1, "the refused relay left no heartbeat row")
+
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, ordered.Stop(ctx))
+	_, err = start("unordered", outbox.OrderingNone)
+	require.NoError(t, err)
+	rows := b.relays(t)
+	require.Len(t, rows, 1)
+	require.Equal(t, driver.Delivery{Ordering: "none", Leases: "rows"}, rows[0].Delivery)
 }

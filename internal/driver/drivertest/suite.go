@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeadLetterRetry", testDeadLetterRetry},
 		{"Heartbeat", testHeartbeat},
 		{"RelayHeartbeat", testRelayHeartbeat},
+		{"RelayDeliveryMustMatch", testRelayDelivery},
 		{"Stats", testStats},
 		{"RequeueAndRequeueStatus", testRequeue},
 		{"ListAndGet", testListAndGet},

@@ -2,13 +2,14 @@ package sqldriver
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/outboxkit/outbox/internal/driver"
 )
 
 // Heartbeat upserts the relay's row with the dialect's upsert
-// (Dialect.RelayUpsert) and forgets long-stale rows of other relays, in
-// one transaction. The table holds a row per relay process, so the delete
+// (Dialect.RelayUpsert), sets its delivery columns when b.WithDelivery,
+// and forgets long-stale rows of other relays, in one transaction. The table holds a row per relay process, so the delete
 // reads a handful of rows.
 func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 	t := d.d.Table(d.schema, "outbox_relays")
@@ -20,6 +21,14 @@ func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 		if _, err := tx.ExecContext(ctx, d.d.RelayUpsert(t), b.RelayID, b.Host, b.PID, b.Version, b.Sink, b.EventTypes,
 			b.TTL.Milliseconds(), lastClaim, b.Start); err != nil {
 			return err
+		}
+		if b.WithDelivery {
+			q := d.d.Quote
+			if _, err := tx.ExecContext(ctx, `UPDATE `+t+` SET `+q("ordering")+` = ?, `+q("ordered_failure")+` = ?, `+
+				q("leases")+` = ? WHERE `+q("relay_id")+` = ?`,
+				b.Delivery.Ordering, b.Delivery.OrderedFailure, b.Delivery.Leases, b.RelayID); err != nil {
+				return err
+			}
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM `+t+` WHERE `+d.d.Quote("expires_at")+` < `+d.d.NowPlusMillis()+
 			` AND `+d.d.Quote("relay_id")+` <> ?`, -b.Forget.Milliseconds(), b.RelayID)
@@ -34,11 +43,15 @@ func (d *Driver) RemoveRelay(ctx context.Context, relayID string) error {
 }
 
 // Relays reads every heartbeat row with the database clock.
-func (d *Driver) Relays(ctx context.Context) ([]driver.RelayRow, error) {
+func (d *Driver) Relays(ctx context.Context, withDelivery bool) ([]driver.RelayRow, error) {
 	q := d.d.Quote
+	delivery := "NULL, NULL, NULL"
+	if withDelivery {
+		delivery = q("ordering") + ", " + q("ordered_failure") + ", " + q("leases")
+	}
 	rows, err := d.db.QueryContext(ctx, `SELECT `+q("relay_id")+`, `+q("host")+`, `+q("pid")+`, `+q("version")+`, `+
 		q("sink")+`, `+q("event_types")+`, `+q("started_at")+`, `+q("last_seen")+`, `+q("expires_at")+`, `+
-		q("last_claim_at")+`, `+d.d.Now()+`
+		q("last_claim_at")+`, `+d.d.Now()+`, `+delivery+`
 FROM `+d.d.Table(d.schema, "outbox_relays")+`
 ORDER BY `+q("relay_id"))
 	if err != nil {
@@ -50,10 +63,14 @@ ORDER BY `+q("relay_id"))
 		var (
 			r                                        driver.RelayRow
 			started, seen, expires, lastClaim, dbNow Time
+			ordering, orderedFailure, leases         sql.NullString
 		)
 		if err := rows.Scan(&r.RelayID, &r.Host, &r.PID, &r.Version, &r.Sink, &r.EventTypes,
-			&started, &seen, &expires, &lastClaim, &dbNow); err != nil {
+			&started, &seen, &expires, &lastClaim, &dbNow, &ordering, &orderedFailure, &leases); err != nil {
 			return nil, d.wrap(err)
+		}
+		if ordering.Valid && orderedFailure.Valid && leases.Valid {
+			r.Delivery = driver.Delivery{Ordering: ordering.String, OrderedFailure: orderedFailure.String, Leases: leases.String}
 		}
 		r.StartedAt, r.LastSeen, r.ExpiresAt, r.LastClaim, r.Now = started.Time, seen.Time, expires.Time, lastClaim.Time, dbNow.Time
 		out = append(out, r)

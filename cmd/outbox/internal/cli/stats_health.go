@@ -134,6 +134,9 @@ func relayRows(tw *table, relays []outbox.RelayInfo) {
 		if r.Version != "" {
 			parts = append(parts, safeText(r.Version))
 		}
+		if r.Ordering != "" {
+			parts = append(parts, deliveryText(r))
+		}
 		if r.Heartbeat {
 			parts = append(parts, "last claim "+when(r.LastClaim))
 		}
@@ -142,4 +145,14 @@ func relayRows(tw *table, relays []outbox.RelayInfo) {
 		}
 		tw.row("  %s\t%s\n", safeText(r.RelayID), strings.Join(parts, ", "))
 	}
+}
+
+// deliveryText says how a relay delivers: "ordering none, leases rows",
+// "ordering aggregate (block), leases partitions".
+func deliveryText(r outbox.RelayInfo) string {
+	s := "ordering " + safeText(string(r.Ordering))
+	if r.OrderedFailure != "" {
+		s += " (" + safeText(string(r.OrderedFailure)) + ")"
+	}
+	return s + ", leases " + safeText(string(r.Leases))
 }
