@@ -22,10 +22,12 @@ import (
 // retries failures with backoff and dead-letters events that run out of
 // attempts. Any number of relays may serve one table.
 type Relay struct {
-	cfg  RelayConfig
-	drv  driver.Driver
-	log  *slog.Logger
-	wake chan struct{}
+	cfg RelayConfig
+	// sinkTimeoutSet: the config set SinkTimeout (checkSinkTimeout).
+	sinkTimeoutSet bool
+	drv            driver.Driver
+	log            *slog.Logger
+	wake           chan struct{}
 	// turn is the light-traffic turn: the one token in it lets a claim loop
 	// whose last claim found less than a full batch claim again, so while
 	// events trickle in the loops take turns instead of each claiming on
@@ -120,16 +122,18 @@ func NewRelay(db Database, cfg RelayConfig) (*Relay, error) {
 	if db == nil {
 		return nil, &ConfigError{Field: "db", Err: errors.New("is nil")}
 	}
+	sinkTimeoutSet := cfg.SinkTimeout != 0
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:  cfg,
-		drv:  db.Driver(cfg.Schema),
-		log:  cfg.Logger.With(slog.String("component", "outbox.relay"), slog.String("relay_id", cfg.RelayID)),
-		wake: make(chan struct{}, 1),
-		turn: make(chan struct{}, 1),
+		cfg:            cfg,
+		sinkTimeoutSet: sinkTimeoutSet,
+		drv:            db.Driver(cfg.Schema),
+		log:            cfg.Logger.With(slog.String("component", "outbox.relay"), slog.String("relay_id", cfg.RelayID)),
+		wake:           make(chan struct{}, 1),
+		turn:           make(chan struct{}, 1),
 
 		circuit: circuit.New(cfg.ProbeInterval, cfg.ProbeIntervalMax),
 		pipe:    newPipeline(cfg.MaxInFlight, cfg.MaxInFlightBytes),
@@ -223,6 +227,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.takePartitions(ctx); err != nil {
 		return err
 	}
+	r.checkSinkTimeout()
 	r.startHeartbeat(ctx, version)
 	r.resetCircuit(ctx)
 	r.proven.Store(false)

@@ -253,7 +253,7 @@ func (r *Relay) checkDelivery(ctx context.Context, version func() (int, error)) 
 	if err != nil {
 		// As the heartbeat does: a role without SELECT on outbox_migrations
 		// runs as before, unchecked.
-		r.log.Warn("the relay does not check how the other relays of its schema deliver: reading the schema version failed; grant the relay's role SELECT on outbox_migrations",
+		r.log.Warn("the relay does not record or check how the relays of its schema deliver: reading the schema version failed (a role without SELECT on outbox_migrations needs it granted)",
 			slog.String("schema", r.cfg.Schema), slog.String("error", err.Error()))
 		v = 0
 	}

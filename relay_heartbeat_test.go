@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -84,7 +86,9 @@ func TestRelayDeliveryMustMatch(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	rec := outboxtest.NewRecorder()
-	const beat = 50 * time.Millisecond
+	// Long enough that no row goes stale under a slow beat; a graceful
+	// stop deletes the row at once.
+	const beat = time.Second
 	ordered := b.start(t, outbox.RelayConfig{Sink: rec, RelayID: "ordered-a", Ordering: outbox.OrderingAggregate, HeartbeatInterval: beat})
 
 	refused := func(cfg outbox.RelayConfig, want ...string) {
@@ -100,9 +104,9 @@ func TestRelayDeliveryMustMatch(t *testing.T) {
 			require.ErrorContains(t, err, w)
 		}
 		var owned int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM "`+b.schema+`".outbox_partitions WHERE owner = $1`,
-			cfg.RelayID).Scan(&owned))
-		require.Zero(t, owned, "%s took partitions", cfg.RelayID)
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM "`+b.schema+`".outbox_partitions WHERE owner = $1)
+    + (SELECT count(*) FROM "`+b.schema+`".outbox_partition_relays WHERE relay_id = $1)`, cfg.RelayID).Scan(&owned))
+		require.Zero(t, owned, "%s took partitions or joined their share-out before it was refused", cfg.RelayID)
 	}
 	const others = `relay "ordered-a" (host `
 	const orderedWith = "delivers with ordering aggregate, ordered failure block, leases partitions"
@@ -165,18 +169,74 @@ func TestRelayDeliveryWatched(t *testing.T) {
 VALUES ('rival', 'web-2', 7, 'v', 's', '', now(), now(), now() + interval '1 minute', 'aggregate', 'skip', 'rows')`)
 		require.NoError(t, err)
 	}
+	// beats waits until the relay began n beats after this call, each
+	// after the one before had read the rows (a beat writes, then reads).
+	beats := func(n int) {
+		t.Helper()
+		var last time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&last))
+		for range n {
+			testutil.WaitFor(t, 10*time.Second, "a beat of the relay", func() bool {
+				var seen time.Time
+				require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT last_seen FROM "`+b.schema+`".outbox_relays WHERE relay_id = 'unordered'`).Scan(&seen))
+				if seen.After(last) {
+					last = seen
+					return true
+				}
+				return false
+			})
+		}
+	}
 	const line = "another relay of the schema delivers otherwise"
 	count := func() int { return strings.Count(logs.String(), line) }
 	rival()
 	testutil.WaitFor(t, 10*time.Second, "the rival logged", func() bool { return count() == 1 })
 	require.True(t, logs.hasLine(line, "other_relay=rival", "other_host=web-2", "other_pid=7",
 		`other_delivery="ordering aggregate, ordered failure skip, leases rows"`, `delivery="ordering none, leases rows"`))
-	time.Sleep(200 * time.Millisecond) // ten beats
+	beats(3)
 	require.Equal(t, 1, count(), "logged once while it runs")
 
 	_, err := b.pool.Exec(b.ctx, `DELETE FROM "`+b.schema+`".outbox_relays WHERE relay_id = 'rival'`)
 	require.NoError(t, err)
-	time.Sleep(200 * time.Millisecond)
+	beats(2) // the second began after the first had read the rows without the rival
 	rival()
 	testutil.WaitFor(t, 10*time.Second, "the rival logged again once it came back", func() bool { return count() == 2 })
+}
+
+// TestRelaysWithoutMigrationsGrant: a role that may read the outbox and
+// outbox_relays but not outbox_migrations (a monitoring role) still lists
+// the relays, without how they deliver.
+func TestRelaysWithoutMigrationsGrant(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), RelayID: "watched"})
+	role := b.schema + "_monitor"
+	r, s := pgx.Identifier{role}.Sanitize(), func(table string) string { return pgx.Identifier{b.schema, table}.Sanitize() }
+	for _, stmt := range []string{
+		`CREATE ROLE ` + r + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{b.schema}.Sanitize() + ` TO ` + r,
+		`GRANT SELECT ON ` + s("outbox_events") + `, ` + s("outbox_relays") + ` TO ` + r,
+	} {
+		_, err := b.pool.Exec(b.ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+r)
+		_, _ = b.pool.Exec(context.Background(), `DROP ROLE `+r)
+	})
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, ""
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	relays, err := outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: b.schema}).Relays(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, relays, 1)
+	require.Equal(t, "watched", relays[0].RelayID)
+	require.Empty(t, relays[0].Ordering, "how it delivers needs the schema version")
+	relays, err = b.mgr.Relays(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.OrderingNone, relays[0].Ordering)
 }

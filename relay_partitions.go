@@ -144,6 +144,21 @@ func (r *Relay) startPartitions(schemaVersion func() (int, error)) error {
 	return nil
 }
 
+// checkSinkTimeout warns, at Start, when a relay on owned partitions was
+// given a sink timeout that its batches may not have: a read takes only
+// partitions with more than half a lease left, and the publish ends before
+// what was left at the read, less leaseMargin (publishWithin). The default
+// sink timeout is not warned about: it is within that bound at the default
+// lease, and at most half a lease at shorter ones.
+func (r *Relay) checkSinkTimeout() {
+	bound := r.cfg.Lease/2 - leaseMargin(r.cfg.Lease)
+	if r.parts == nil || !r.sinkTimeoutSet || r.cfg.SinkTimeout <= bound {
+		return
+	}
+	r.log.Warn("the sink timeout is longer than a batch on owned partitions may publish: a publish still running then is cut and its events fail their attempt; lower the sink timeout or raise the lease",
+		slog.Duration("sink_timeout", r.cfg.SinkTimeout), slog.Duration("publish_bound", bound), slog.Duration("lease", r.cfg.Lease))
+}
+
 // takePartitions runs a relay's first balance round, for Start, when it
 // runs on owned partitions.
 func (r *Relay) takePartitions(ctx context.Context) error {

@@ -174,14 +174,19 @@ func TestRelayOrderedPartitionsRebalance(t *testing.T) {
 // An ordered relay whose read found nothing but a committed event that an
 // older transaction held back reads again within milliseconds, not at its
 // next poll: with no wake-up and a poll interval of a minute, the event
-// goes out as soon as the older transaction has ended.
+// goes out as soon as the older transaction has ended. On owned partitions
+// and under row leases (the row-lease ordered claim).
 func TestRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T) {
 	t.Parallel()
+	forEachLeases(t, testRelayOrderedReadsAgainAfterAHeldBackRead)
+}
+
+func testRelayOrderedReadsAgainAfterAHeldBackRead(t *testing.T, leases outbox.Leases) {
 	b := setupRelay(t)
 	older := olderTransaction(t, b.pool)
 	b.write(t, 1, func(_ int, m *outbox.Message) { m.AggregateID = "k" })
 	sink := outboxtest.NewRecorder()
-	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, PollInterval: time.Minute})
+	b.start(t, outbox.RelayConfig{Sink: sink, Ordering: outbox.OrderingAggregate, PollInterval: time.Minute, Leases: leases})
 	// The relay reads at once, and again while the older transaction
 	// holds the event back.
 	time.Sleep(300 * time.Millisecond)
@@ -273,8 +278,19 @@ func TestRelayPartitionPublishEndsWithinItsLease(t *testing.T) {
 	forEachLeases(t, func(t *testing.T, leases outbox.Leases) {
 		b := setupRelay(t)
 		sink := &silentSink{}
+		logs := &logBuffer{}
+		logs.dumpOnFailure(t)
 		b.start(t, outbox.RelayConfig{Sink: sink, Leases: leases, Lease: 2 * time.Second, SinkTimeout: 1500 * time.Millisecond,
-			PollInterval: 50 * time.Millisecond, MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+			PollInterval: 50 * time.Millisecond, MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond,
+			Logger: logs.logger()})
+		// Start says so on partitions, where a batch may have less than
+		// the sink timeout: half the 2 s lease less a tenth of it.
+		const warning = "the sink timeout is longer than a batch on owned partitions may publish"
+		if leases == outbox.LeasesPartitions {
+			require.True(t, logs.hasLine(warning, "sink_timeout=1.5s", "publish_bound=800ms"), logs.String())
+		} else {
+			require.NotContains(t, logs.String(), warning)
+		}
 		time.Sleep(700 * time.Millisecond) // the partitions' lease partly spent
 		id := b.write(t, 1, nil)[0]
 		b.waitStats(t, "dead-lettered after two attempts", func(s outbox.Stats) bool { return s.Failed == 1 })

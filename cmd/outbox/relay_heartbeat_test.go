@@ -104,7 +104,7 @@ func TestRelayDeliveryRefused(t *testing.T) {
 	b := setup(t)
 	relay := func(id string, args ...string) []string {
 		return append([]string{"--database-url", testutil.DatabaseURL(), "--schema", b.schema, "relay", "--sink", "stdout:",
-			"--relay-id", id, "--poll-interval", "50ms", "--heartbeat-interval", "100ms", "--log-level", "warn"}, args...)
+			"--relay-id", id, "--poll-interval", "50ms", "--heartbeat-interval", "1s", "--log-level", "warn"}, args...)
 	}
 	ordered := start(t, nil, relay("cli-ordered", "--ordering", "aggregate")...)
 	testutil.WaitFor(t, 30*time.Second, "the ordered relay listed", func() bool {

@@ -157,9 +157,10 @@ type Claim struct {
 	// Cut: a partition read left events out for a suspect or the byte
 	// budget (PartitionClaimParams.MaxBytes), so it is short for that.
 	Cut bool
-	// Held: a partition read found no event, and left committed events of
-	// the relay's partitions out because an older transaction was still
-	// running (its horizon); they are likely readable within milliseconds.
+	// Held: an ordered claim or partition read found no event, and left
+	// committed events (of the relay's partitions) out because an older
+	// transaction was still running (its horizon); they are likely
+	// readable within milliseconds.
 	Held bool
 }
 

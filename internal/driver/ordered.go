@@ -65,7 +65,9 @@ type OrderedClaimer interface {
 	// outside the claim: not processing, not pending (due or in backoff),
 	// not failed (unless Skip). The events come back in publish order: each
 	// aggregate's events in their order. Events without an aggregate ID are
-	// not ordered.
+	// not ordered. A claim with no event says, where the database can
+	// hold committed events back for an older transaction (PostgreSQL),
+	// whether it did (Claim.Held).
 	ClaimOrdered(ctx context.Context, p OrderedClaimParams) (Claim, error)
 	// BlockedAggregates lists up to limit aggregates whose first unfinished
 	// event is failed or waiting for a retry while later events wait, and

@@ -147,7 +147,7 @@ func testRelayDelivery(t *testing.T, h Harness) {
 	b := setup(t, h)
 	start := func(id string, ordering outbox.Ordering) (*outbox.Relay, error) {
 		r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: outboxtest.NewRecorder(),
-			RelayID: id, Ordering: ordering, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+			RelayID: id, Ordering: ordering, PollInterval: 20 * time.Millisecond, HeartbeatInterval: time.Second,
 			PgBouncer: h.Pooled, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
 		err = r.Start(b.ctx)

@@ -110,10 +110,15 @@ func TestClaimOrderedWaitsForOpenTransactions(t *testing.T) {
 	_, err = tx1.Exec(b.ctx, `INSERT INTO `+b.drv.Table()+` (event_type, aggregate_type, aggregate_id, payload) VALUES ('first', 'order', 'x', '{}')`)
 	require.NoError(t, err)
 	b.insertKeyed(t, "a", "b") // a later transaction, committed
-	require.Empty(t, b.claimOrdered(t, "r", 100, false).Events, "a running transaction that started writing first holds them")
+	c := b.claimOrdered(t, "r", 100, false)
+	require.Empty(t, c.Events, "a running transaction that started writing first holds them")
+	require.True(t, c.Held, "the claim says committed events were held back, so that the relay claims again soon")
 	require.NoError(t, tx1.Commit(b.ctx))
-	c := b.claimSome(t, "r", 100, false)
+	c = b.claimSome(t, "r", 100, false)
 	require.ElementsMatch(t, []string{"x", "a", "b"}, keysOf(c))
+	c = b.claimOrdered(t, "r", 100, false)
+	require.Empty(t, c.Events)
+	require.False(t, c.Held, "nothing pending is held back")
 }
 
 // An event whose ID is lower but whose transaction committed later is still

@@ -55,6 +55,18 @@ const (
 // event processed since, which the probe steps over.
 const heldAge = 5 * time.Second
 
+// heldQuery asks whether an ordered read that found no event left
+// committed events out for its horizon: pending, due and written within
+// heldAge (a range of available_at, in outbox_events_pending_idx or, from
+// migration 12, in the partition index), with a transaction ID at or above
+// horizon, and cond.
+func heldQuery(t, horizon, cond string) string {
+	return `SELECT EXISTS (SELECT FROM ` + t + ` e
+    WHERE e.status = 'pending' AND e.available_at <= now()
+      AND e.available_at > now() - ` + strconv.Itoa(int(heldAge.Milliseconds())) + ` * interval '1 millisecond'
+      AND e.txid >= ` + horizon + cond + `)`
+}
+
 func buildPartitionQueries(schema, t string) partitionQueries {
 	var q partitionQueries
 	parts := pgx.Identifier{schema, "outbox_partitions"}.Sanitize()
@@ -99,12 +111,9 @@ func buildPartitionQueries(schema, t string) partitionQueries {
 	// range of available_at, in outbox_events_pending_idx or, from
 	// migration 12, in the partition index), where an event whose
 	// transaction ended while an older one still ran is found.
-	q.held = `SELECT EXISTS (SELECT FROM ` + t + ` e
-    WHERE e.status = 'pending' AND e.available_at <= now()
-      AND e.available_at > now() - ` + strconv.Itoa(int(heldAge.Milliseconds())) + ` * interval '1 millisecond'
-      AND e.txid >= $1::bigint::text::xid8
-      AND ` + pe + ` IN (SELECT partition FROM ` + parts + `
-                          WHERE owner = $2 AND lease_until > now() AND partition <> ALL($3::int[])))`
+	q.held = heldQuery(t, `$1::bigint::text::xid8`, `
+      AND `+pe+` IN (SELECT partition FROM `+parts+`
+                          WHERE owner = $2 AND lease_until > now() AND partition <> ALL($3::int[]))`)
 	inFlight := pgx.Identifier{schema, "outbox_partition_in_flight"}.Sanitize()
 	read := func(policy int, record bool) string {
 		dead := `
