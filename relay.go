@@ -221,14 +221,16 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.startPartitions(version); err != nil {
 		return err
 	}
-	if err := r.checkDelivery(ctx, version); err != nil {
+	// The first beat writes the relay's row, then the others' are read:
+	// beside a relay that delivers otherwise, nothing is taken.
+	if err := r.startHeartbeat(ctx, version); err != nil {
 		return err
 	}
 	if err := r.takePartitions(ctx); err != nil {
+		r.removeHeartbeat(ctx)
 		return err
 	}
 	r.checkSinkTimeout()
-	r.startHeartbeat(ctx, version)
 	r.resetCircuit(ctx)
 	r.proven.Store(false)
 	workCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))

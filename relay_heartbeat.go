@@ -127,28 +127,41 @@ var moduleVersion = sync.OnceValue(func() string {
 // heartbeatTTL is how long a row stays fresh after a beat.
 func (c RelayConfig) heartbeatTTL() time.Duration { return heartbeatStaleBeats * c.HeartbeatInterval }
 
-// startHeartbeat decides whether the relay keeps a heartbeat row and
-// writes the run's first beat, for Start. A schema before migration 6
-// turns it off with a warning: the relay works without it, but the
+// startHeartbeat decides whether the relay keeps a heartbeat row, writes
+// the run's first beat, and then checks, for Start, how the other relays
+// of the schema deliver (checkDelivery). A schema before migration 6 turns
+// the heartbeat off with a warning: the relay works without it, but the
 // dashboard lists it only while it holds leases.
-func (r *Relay) startHeartbeat(ctx context.Context, version func() (int, error)) {
+func (r *Relay) startHeartbeat(ctx context.Context, version func() (int, error)) error {
 	hb := &r.heartbeat
+	v, err := version()
+	if err != nil {
+		// The relay runs as before, unchecked: the heartbeat stays on,
+		// without the delivery.
+		r.log.Warn("the relay does not record or check how the relays of its schema deliver: reading the schema version failed (a role without SELECT on outbox_migrations needs it granted)",
+			slog.String("schema", r.cfg.Schema), slog.String("error", err.Error()))
+	}
+	withDelivery := err == nil && v >= driver.DeliveryVersion
 	hb.mu.Lock()
 	hb.on, hb.started, hb.last, hb.fails, hb.lastClaim = false, false, time.Time{}, 0, time.Time{}
+	hb.proc.Delivery = r.delivery()
+	hb.withDelivery, hb.rivals = withDelivery, nil
 	hb.mu.Unlock()
-	if r.cfg.HeartbeatInterval < 0 {
-		return
+	if r.cfg.HeartbeatInterval >= 0 {
+		if err == nil && v > 0 && v < driver.HeartbeatVersion {
+			r.log.Warn("relay heartbeat off: the schema lacks outbox_relays, so the dashboard lists this relay only while it holds leases; run outbox migrate",
+				slog.Int("schema_version", v), slog.Int("heartbeat_version", driver.HeartbeatVersion))
+			return nil
+		}
+		hb.mu.Lock()
+		hb.on = true
+		hb.mu.Unlock()
+		r.beat(ctx)
 	}
-	v, err := version()
-	if err == nil && v > 0 && v < driver.HeartbeatVersion {
-		r.log.Warn("relay heartbeat off: the schema lacks outbox_relays, so the dashboard lists this relay only while it holds leases; run outbox migrate",
-			slog.Int("schema_version", v), slog.Int("heartbeat_version", driver.HeartbeatVersion))
-		return
+	if !withDelivery {
+		return nil
 	}
-	hb.mu.Lock()
-	hb.on = true
-	hb.mu.Unlock()
-	r.beat(ctx)
+	return r.checkDelivery(ctx)
 }
 
 // heartbeatDue reports whether the heartbeat is on and its interval has
@@ -174,8 +187,8 @@ func (r *Relay) beat(ctx context.Context) {
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	err := r.drv.Heartbeat(bctx, b)
 	cancel()
-	if err == nil && b.WithDelivery {
-		r.watchDelivery(ctx)
+	if err == nil && b.WithDelivery && !b.Start {
+		r.watchDelivery(ctx) // the start's beat is checked by checkDelivery
 	}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
@@ -242,41 +255,32 @@ func (r *Relay) removeHeartbeat(ctx context.Context) {
 // schema that delivers otherwise: an unordered relay beside ordered ones
 // sends a key's events out of order, and a relay on row leases beside
 // relays on owned partitions sends events they have in flight a second
-// time. It reads the heartbeat rows once the lease mode is chosen, before
-// any event or partition is taken; relays of earlier versions, which do
-// not record how they deliver, and rows gone stale are not checked. Two
-// relays that start at the same moment both pass: each beat checks again
-// and logs (watchDelivery).
-func (r *Relay) checkDelivery(ctx context.Context, version func() (int, error)) error {
+// time. It runs once the lease mode is chosen and the run's first beat
+// wrote this relay's row, before any event or partition is taken, and
+// reads the rows of the others: of two relays that start at the same
+// moment, the second to read sees the first's row, so they never both
+// run (both may refuse). A refused relay deletes its row. Relays of
+// earlier versions, which do not record how they deliver, and rows gone
+// stale are not checked. Each later beat reads the rows again and logs
+// (watchDelivery) what a relay with its heartbeat off, or whose first
+// beat failed, did not make visible in time.
+func (r *Relay) checkDelivery(ctx context.Context) error {
 	hb := &r.heartbeat
-	v, err := version()
-	if err != nil {
-		// As the heartbeat does: a role without SELECT on outbox_migrations
-		// runs as before, unchecked.
-		r.log.Warn("the relay does not record or check how the relays of its schema deliver: reading the schema version failed (a role without SELECT on outbox_migrations needs it granted)",
-			slog.String("schema", r.cfg.Schema), slog.String("error", err.Error()))
-		v = 0
-	}
-	hb.mu.Lock()
-	hb.proc.Delivery = r.delivery()
-	hb.withDelivery, hb.rivals = v >= driver.DeliveryVersion, nil
-	hb.mu.Unlock()
-	if v < driver.DeliveryVersion {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
-	defer cancel()
-	rows, err := r.drv.Relays(ctx, true)
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	rows, err := r.drv.Relays(rctx, true)
+	cancel()
 	switch {
 	case errors.Is(err, driver.ErrNoTable):
-		return nil // the heartbeat turns itself off and says why
+		return nil // the heartbeat turned itself off and said why
 	case err != nil:
+		r.removeHeartbeat(ctx)
 		return fmt.Errorf("outbox: relay: read the other relays of schema %q: %w", r.cfg.Schema, err)
 	}
 	rivals := r.rivals(rows)
 	if len(rivals) == 0 {
 		return nil
 	}
+	r.removeHeartbeat(ctx)
 	o := rivals[0]
 	return fmt.Errorf("outbox: relay: relay %q (host %q, pid %d) delivers with %s on schema %q, and this relay would deliver with %s: "+
 		"every relay of a schema must deliver the same way (docs/ordering.md#one-way-of-delivery-per-schema); "+
@@ -286,8 +290,8 @@ func (r *Relay) checkDelivery(ctx context.Context, version func() (int, error)) 
 }
 
 // watchDelivery logs, once each, the live relays of the schema found
-// delivering otherwise than this one after it started (two relays started
-// at the same moment pass checkDelivery both).
+// delivering otherwise than this one after it started: one with its
+// heartbeat off, or whose first beat failed, passes checkDelivery unseen.
 func (r *Relay) watchDelivery(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()

@@ -2,9 +2,11 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,9 +155,9 @@ VALUES ('killed', 'h', 1, 'v', 's', '', now(), now(), now() - interval '1 second
 	require.Equal(t, outbox.LeasesRows, relays[2].Leases)
 }
 
-// TestRelayDeliveryWatched: two relays that start at the same moment both
-// pass the start's check; each beat reads the others again and logs, once
-// for as long as it runs, a live relay found delivering otherwise.
+// TestRelayDeliveryWatched: a relay the start's check could not see (its
+// heartbeat off, or its first beat failed; here a row written later) is
+// found by the later beats, which log it once for as long as it runs.
 func TestRelayDeliveryWatched(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
@@ -239,4 +241,45 @@ func TestRelaysWithoutMigrationsGrant(t *testing.T) {
 	relays, err = b.mgr.Relays(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, outbox.OrderingNone, relays[0].Ordering)
+}
+
+// TestRelayDeliveryConcurrentStarts: relays that start at the same moment
+// with different deliveries never run side by side: each writes its row
+// before it reads the others', so one of two sees the other and refuses.
+func TestRelayDeliveryConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	for round := range 8 {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			started []*outbox.Relay
+			modes   = map[outbox.Ordering]int{}
+		)
+		gate := make(chan struct{})
+		for i := range 6 {
+			ordering := []outbox.Ordering{outbox.OrderingNone, outbox.OrderingAggregate}[i%2]
+			r, err := outbox.NewRelay(b.db, outbox.RelayConfig{Schema: b.schema, Sink: outboxtest.NewRecorder(),
+				RelayID: fmt.Sprintf("r%d-%d", round, i), Ordering: ordering, Leases: outbox.LeasesRows,
+				HeartbeatInterval: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			require.NoError(t, err)
+			wg.Go(func() {
+				<-gate
+				if r.Start(b.ctx) == nil {
+					mu.Lock()
+					started = append(started, r)
+					modes[ordering]++
+					mu.Unlock()
+				}
+			})
+		}
+		close(gate)
+		wg.Wait()
+		require.LessOrEqual(t, len(modes), 1, "round %d: relays that deliver otherwise run side by side: %v", round, modes)
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		for _, r := range started {
+			require.NoError(t, r.Stop(ctx))
+		}
+		cancel()
+	}
 }
