@@ -227,7 +227,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		return err
 	}
 	if err := r.takePartitions(ctx); err != nil {
-		r.removeHeartbeat(ctx)
+		r.removeHeartbeat(context.WithoutCancel(ctx))
 		return err
 	}
 	r.checkSinkTimeout()
@@ -957,7 +957,7 @@ func (r *Relay) rescueLoop(ctx context.Context) {
 			}
 		}
 		if r.heartbeatDue(tick) && !r.isStopping() {
-			r.beat(ctx)
+			_ = r.beat(ctx, false)
 		}
 		if !r.sleep(tick, false) {
 			return

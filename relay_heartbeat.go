@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -156,12 +157,47 @@ func (r *Relay) startHeartbeat(ctx context.Context, version func() (int, error))
 		hb.mu.Lock()
 		hb.on = true
 		hb.mu.Unlock()
-		r.beat(ctx)
+		if err := r.startBeat(ctx, withDelivery); err != nil {
+			return err
+		}
 	}
 	if !withDelivery {
 		return nil
 	}
 	return r.checkDelivery(ctx)
+}
+
+// startBeatTries is how many times Start writes the run's first beat, a
+// moment apart, before it gives up, when the row records the delivery.
+const startBeatTries = 3
+
+// startBeat writes the run's first beat. Without the delivery it is a
+// beat like the others: a failure is logged and the next beat tries
+// again. With it the row is what shows the other relays how this one
+// delivers, so it must land before the check reads theirs: Start tries a
+// few times, then fails.
+func (r *Relay) startBeat(ctx context.Context, withDelivery bool) error {
+	if !withDelivery {
+		_ = r.beat(ctx, true)
+		return nil
+	}
+	var err error
+	for try := 1; try <= startBeatTries; try++ {
+		if err = r.beat(ctx, true); err == nil || errors.Is(err, driver.ErrNoTable) {
+			return nil // (without the table the heartbeat turned itself off)
+		}
+		if try < startBeatTries {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	r.removeHeartbeat(context.WithoutCancel(ctx)) // in case a write landed unanswered
+	return fmt.Errorf("outbox: relay: write the relay's heartbeat row, which shows the other relays of schema %q how it delivers: %w", r.cfg.Schema, err)
 }
 
 // heartbeatDue reports whether the heartbeat is on and its interval has
@@ -177,17 +213,22 @@ func (r *Relay) heartbeatDue(tick time.Duration) bool {
 // beat writes the relay's heartbeat row, within DBTimeout. A failure is
 // logged, rate-limited, and retried at the next beat; a missing table
 // turns the heartbeat off.
-func (r *Relay) beat(ctx context.Context) {
+func (r *Relay) beat(ctx context.Context, start bool) error {
 	hb := &r.heartbeat
 	hb.mu.Lock()
 	b := driver.Beat{RelayProcess: hb.proc, Start: !hb.started, TTL: r.cfg.heartbeatTTL(),
 		LastClaim: hb.lastClaim, Forget: heartbeatForget, WithDelivery: hb.withDelivery}
+	if start {
+		// Relays that start together would wait on each other's new rows
+		// (a deadlock on MySQL); the next beat forgets.
+		b.Forget = -1
+	}
 	hb.last = time.Now()
 	hb.mu.Unlock()
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	err := r.drv.Heartbeat(bctx, b)
 	cancel()
-	if err == nil && b.WithDelivery && !b.Start {
+	if err == nil && b.WithDelivery && !start {
 		r.watchDelivery(ctx) // the start's beat is checked by checkDelivery
 	}
 	hb.mu.Lock()
@@ -203,6 +244,8 @@ func (r *Relay) beat(ctx context.Context) {
 		r.log.Warn("relay heartbeat off: outbox_relays is missing, so the dashboard lists this relay only while it holds leases; run outbox migrate",
 			slog.String("error", err.Error()))
 	case ctx.Err() != nil:
+	case start && b.WithDelivery:
+		// startBeat tries again, then fails Start.
 	default:
 		hb.fails++
 		if hb.fails == 1 || hb.fails%20 == 0 {
@@ -210,6 +253,7 @@ func (r *Relay) beat(ctx context.Context) {
 				slog.Int("failed_beats", hb.fails), slog.Duration("retry_in", r.cfg.HeartbeatInterval), slog.String("error", err.Error()))
 		}
 	}
+	return err
 }
 
 // noteClaim records when a claim that leased events ran, by the database
@@ -273,14 +317,14 @@ func (r *Relay) checkDelivery(ctx context.Context) error {
 	case errors.Is(err, driver.ErrNoTable):
 		return nil // the heartbeat turned itself off and said why
 	case err != nil:
-		r.removeHeartbeat(ctx)
+		r.removeHeartbeat(context.WithoutCancel(ctx))
 		return fmt.Errorf("outbox: relay: read the other relays of schema %q: %w", r.cfg.Schema, err)
 	}
 	rivals := r.rivals(rows)
 	if len(rivals) == 0 {
 		return nil
 	}
-	r.removeHeartbeat(ctx)
+	r.removeHeartbeat(context.WithoutCancel(ctx))
 	o := rivals[0]
 	return fmt.Errorf("outbox: relay: relay %q (host %q, pid %d) delivers with %s on schema %q, and this relay would deliver with %s: "+
 		"every relay of a schema must deliver the same way (docs/ordering.md#one-way-of-delivery-per-schema); "+

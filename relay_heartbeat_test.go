@@ -2,16 +2,13 @@ package outbox_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -214,24 +211,9 @@ func TestRelaysWithoutMigrationsGrant(t *testing.T) {
 	b.start(t, outbox.RelayConfig{Sink: outboxtest.NewRecorder(), RelayID: "watched"})
 	role := b.schema + "_monitor"
 	r, s := pgx.Identifier{role}.Sanitize(), func(table string) string { return pgx.Identifier{b.schema, table}.Sanitize() }
-	for _, stmt := range []string{
-		`CREATE ROLE ` + r + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{b.schema}.Sanitize() + ` TO ` + r,
-		`GRANT SELECT ON ` + s("outbox_events") + `, ` + s("outbox_relays") + ` TO ` + r,
-	} {
-		_, err := b.pool.Exec(b.ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	t.Cleanup(func() {
-		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+r)
-		_, _ = b.pool.Exec(context.Background(), `DROP ROLE `+r)
-	})
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, ""
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testutil.RolePool(t, b.pool, role,
+		`GRANT USAGE ON SCHEMA `+pgx.Identifier{b.schema}.Sanitize()+` TO `+r,
+		`GRANT SELECT ON `+s("outbox_events")+`, `+s("outbox_relays")+` TO `+r)
 
 	relays, err := outbox.NewManager(outbox.Postgres(pool), outbox.ManagerConfig{Schema: b.schema}).Relays(b.ctx)
 	require.NoError(t, err)
@@ -241,45 +223,4 @@ func TestRelaysWithoutMigrationsGrant(t *testing.T) {
 	relays, err = b.mgr.Relays(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, outbox.OrderingNone, relays[0].Ordering)
-}
-
-// TestRelayDeliveryConcurrentStarts: relays that start at the same moment
-// with different deliveries never run side by side: each writes its row
-// before it reads the others', so one of two sees the other and refuses.
-func TestRelayDeliveryConcurrentStarts(t *testing.T) {
-	t.Parallel()
-	b := setupRelay(t)
-	for round := range 8 {
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			started []*outbox.Relay
-			modes   = map[outbox.Ordering]int{}
-		)
-		gate := make(chan struct{})
-		for i := range 6 {
-			ordering := []outbox.Ordering{outbox.OrderingNone, outbox.OrderingAggregate}[i%2]
-			r, err := outbox.NewRelay(b.db, outbox.RelayConfig{Schema: b.schema, Sink: outboxtest.NewRecorder(),
-				RelayID: fmt.Sprintf("r%d-%d", round, i), Ordering: ordering, Leases: outbox.LeasesRows,
-				HeartbeatInterval: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			require.NoError(t, err)
-			wg.Go(func() {
-				<-gate
-				if r.Start(b.ctx) == nil {
-					mu.Lock()
-					started = append(started, r)
-					modes[ordering]++
-					mu.Unlock()
-				}
-			})
-		}
-		close(gate)
-		wg.Wait()
-		require.LessOrEqual(t, len(modes), 1, "round %d: relays that deliver otherwise run side by side: %v", round, modes)
-		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-		for _, r := range started {
-			require.NoError(t, r.Stop(ctx))
-		}
-		cancel()
-	}
 }

@@ -313,12 +313,6 @@ func testTenantsLeastPrivilegeRole(t *testing.T, leases outbox.Leases) {
 	b := setupTenants(t)
 	granted, other := b.tenant(t, "granted"), b.tenant(t, "other")
 	role := strings.TrimSuffix(b.prefix, "_") + "_relay"
-	_, err := b.pool.Exec(b.ctx, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
-		_, _ = b.pool.Exec(context.Background(), `DROP ROLE `+pgx.Identifier{role}.Sanitize())
-	})
 	r, s := pgx.Identifier{role}.Sanitize(), func(table string) string { return pgx.Identifier{granted, table}.Sanitize() }
 	grants := []string{
 		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{granted}.Sanitize() + ` TO ` + r,
@@ -333,20 +327,10 @@ func testTenantsLeastPrivilegeRole(t *testing.T, leases outbox.Leases) {
 			`GRANT SELECT, INSERT, UPDATE, DELETE ON `+s("outbox_partition_relays")+` TO `+r,
 			`GRANT SELECT, UPDATE ON `+s("outbox_partition_in_flight")+` TO `+r)
 	}
-	for _, grant := range grants {
-		_, err := b.pool.Exec(b.ctx, grant)
-		require.NoError(t, err, grant)
-	}
+	pool := testutil.RolePool(t, b.pool, role, grants...)
 	b.insert(t, granted, 3)
 	b.insert(t, other, 3)
 
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.User = role
-	cfg.ConnConfig.Password = ""
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 	rec := outboxtest.NewRecorder()
 	ts, err := outbox.NewTenants(outbox.Postgres(pool), outbox.TenantsConfig{
 		Relay:        outbox.RelayConfig{Sink: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Leases: leases},

@@ -53,7 +53,8 @@ type Beat struct {
 	// clock; zero for never in this run.
 	LastClaim time.Time
 	// Forget deletes the rows of other relays that have been stale for
-	// longer than this.
+	// longer than this; negative for none (a relay's first beat: relays
+	// started together would wait on each other's new rows).
 	Forget time.Duration
 	// WithDelivery writes RelayProcess.Delivery: the schema is at
 	// DeliveryVersion.

@@ -81,6 +81,40 @@ func NewPool(t testing.TB, applicationName string) *pgxpool.Pool {
 	return p
 }
 
+// RolePool creates a login role named role, runs grants (statements that
+// name it as pgx.Identifier{role}.Sanitize()), and returns a pool of its
+// own connected as that role, closed at cleanup, after which the role and
+// what it owns are dropped. The test database must let the role log in
+// without a password (trust, as scripts/test sets it up).
+func RolePool(t testing.TB, admin *pgxpool.Pool, role string, grants ...string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	r := pgx.Identifier{role}.Sanitize()
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+r+` LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `DROP OWNED BY `+r)
+		_, _ = admin.Exec(context.Background(), `DROP ROLE `+r)
+	})
+	for _, g := range grants {
+		if _, err := admin.Exec(ctx, g); err != nil {
+			t.Fatalf("%s: %v", g, err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, ""
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close) // before the role is dropped: cleanups run last first
+	return p
+}
+
 // ProxiedPoolConfig returns a pool configuration for the test database
 // whose connections go through a proxy of t's own, to cut or silence.
 func ProxiedPoolConfig(t testing.TB) (*pgxpool.Config, *tcpproxy.Proxy) {

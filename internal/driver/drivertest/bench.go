@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,17 @@ import (
 
 // DrainEvents is how many events BenchDrain prefills per iteration.
 const DrainEvents = 10000
+
+// drainEvents is DrainEvents, or a fifth of it for scripts/test's
+// one-iteration smoke run (OUTBOX_BENCH_SMOKE=1), which runs under the race
+// detector: SQLite (modernc.org/sqlite, Go code) is then some hundred
+// times slower, and an ordered drain over 10 keys took four minutes.
+func drainEvents() int {
+	if os.Getenv("OUTBOX_BENCH_SMOKE") == "1" {
+		return DrainEvents / 5
+	}
+	return DrainEvents
+}
 
 // countSink discards events and closes done when it has seen want.
 type countSink struct {
@@ -34,7 +46,7 @@ func (s *countSink) Publish(_ context.Context, events []outbox.Event) []error {
 }
 
 // BenchDrain measures how fast one relay (batches of 100, 2 workers,
-// retention processed) drains DrainEvents prefilled events to a sink that
+// retention processed) drains DrainEvents (drainEvents) prefilled events to a sink that
 // discards them, and reports events/s. Only the drain is timed.
 func BenchDrain(b *testing.B, h Harness) { benchDrain(b, h, 0) }
 
@@ -56,7 +68,7 @@ func benchDrain(b *testing.B, h Harness, keys int) {
 			msgs[i] = outbox.Message{EventType: "bench.drained", AggregateType: "bench", AggregateID: "a",
 				Payload: json.RawMessage(`{"order_id":12345,"total_cents":4999,"currency":"EUR"}`)}
 		}
-		for j := range DrainEvents / len(msgs) {
+		for j := range drainEvents() / len(msgs) {
 			if keys > 0 {
 				for i := range msgs {
 					msgs[i].AggregateID = strconv.Itoa((j*len(msgs) + i) % keys)
@@ -74,7 +86,7 @@ func benchDrain(b *testing.B, h Harness, keys int) {
 			}
 		}
 		sink := &countSink{done: make(chan struct{})}
-		sink.want.Store(DrainEvents)
+		sink.want.Store(int64(drainEvents()))
 		cfg := outbox.RelayConfig{
 			Sink: sink, Schema: db.Schema, RelayID: "bench", BatchSize: 100, Workers: 2,
 			PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -105,5 +117,5 @@ func benchDrain(b *testing.B, h Harness, keys int) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(DrainEvents*b.N)/total.Seconds(), "events/s")
+	b.ReportMetric(float64(drainEvents()*b.N)/total.Seconds(), "events/s")
 }

@@ -2,8 +2,10 @@ package drivertest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,4 +174,52 @@ func testRelayDelivery(t *testing.T, h Harness) {
 	rows := b.relays(t)
 	require.Len(t, rows, 1)
 	require.Equal(t, driver.Delivery{Ordering: "none", Leases: "rows"}, rows[0].Delivery)
+}
+
+// testRelayDeliveryConcurrentStarts: relays that start at the same moment
+// with different deliveries never run side by side: each writes its row
+// before it reads the others', so one of two sees the other and refuses,
+// and a refused relay leaves no row.
+func testRelayDeliveryConcurrentStarts(t *testing.T, h Harness) {
+	if h.NoOrdering != "" {
+		t.Skip(h.NoOrdering)
+	}
+	b := setup(t, h)
+	ran := 0
+	for round := range 8 {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			started []*outbox.Relay
+			modes   = map[outbox.Ordering]int{}
+		)
+		gate := make(chan struct{})
+		for i := range 6 {
+			ordering := []outbox.Ordering{outbox.OrderingNone, outbox.OrderingAggregate}[i%2]
+			r, err := outbox.NewRelay(b.db.Database, outbox.RelayConfig{Schema: b.db.Schema, Sink: outboxtest.NewRecorder(),
+				RelayID: fmt.Sprintf("r%d-%d", round, i), Ordering: ordering, Leases: outbox.LeasesRows, PgBouncer: h.Pooled,
+				HeartbeatInterval: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			require.NoError(t, err)
+			wg.Go(func() {
+				<-gate
+				if r.Start(b.ctx) == nil {
+					mu.Lock()
+					started = append(started, r)
+					modes[ordering]++
+					mu.Unlock()
+				}
+			})
+		}
+		close(gate)
+		wg.Wait()
+		require.LessOrEqual(t, len(modes), 1, "round %d: relays that deliver otherwise run side by side: %v", round, modes)
+		require.Len(t, b.relays(t), len(started), "round %d: a row for each relay that runs, none for a refused one", round)
+		ran += len(started)
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		for _, r := range started {
+			require.NoError(t, r.Stop(ctx))
+		}
+		cancel()
+	}
+	require.Positive(t, ran, "some relays started")
 }

@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"Heartbeat", testHeartbeat},
 		{"RelayHeartbeat", testRelayHeartbeat},
 		{"RelayDeliveryMustMatch", testRelayDelivery},
+		{"RelayDeliveryConcurrentStarts", testRelayDeliveryConcurrentStarts},
 		{"Stats", testStats},
 		{"RequeueAndRequeueStatus", testRequeue},
 		{"ListAndGet", testListAndGet},

@@ -1,12 +1,10 @@
 package pgdriver_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/driver/pgdriver"
@@ -46,20 +44,8 @@ func TestReplicationSlotsRecordedMissingAndDenied(t *testing.T) {
 
 	// A role with the outbox's own rights but none on outbox_capture.
 	role := b.schema + "_reader"
-	_, err = b.pool.Exec(b.ctx, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
-		_, _ = b.pool.Exec(context.Background(), `DROP ROLE `+pgx.Identifier{role}.Sanitize())
-	})
-	_, err = b.pool.Exec(b.ctx, `GRANT USAGE ON SCHEMA `+pgx.Identifier{b.schema}.Sanitize()+` TO `+pgx.Identifier{role}.Sanitize())
-	require.NoError(t, err)
-	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, ""
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testutil.RolePool(t, b.pool, role,
+		`GRANT USAGE ON SCHEMA `+pgx.Identifier{b.schema}.Sanitize()+` TO `+pgx.Identifier{role}.Sanitize())
 	got, err = pgdriver.New(pool, b.schema).ReplicationSlots(b.ctx)
 	require.NoError(t, err, "a refusal is reported, not an error")
 	require.Empty(t, got.Slots)

@@ -213,11 +213,10 @@ SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 FROM claimed ORDER
 ORDER BY h.id
 LIMIT $1`
 	q.blockedCount = `SELECT count(*) ` + blockedFrom
-	// The horizon is taken again here, a moment after the claim's: an
-	// older transaction that ended in between leaves its younger events
-	// claimable but not reported, and they wait for the next poll or
-	// wake-up, as every held-back event did before this probe.
-	q.held = heldQuery(t, `pg_snapshot_xmin(pg_current_snapshot())`, ``)
+	// $1 is a horizon taken just before the claim, in the same round trip
+	// (ClaimOrdered): at or below the claim's own, so every event the
+	// claim left out for its horizon is at or above it.
+	q.held = heldQuery(t, `$1::bigint::text::xid8`, ``)
 	return q
 }
 
@@ -236,15 +235,25 @@ func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) 
 		window, full = q.claimWindowBudget, q.claimBudget
 		args = append(args, p.MaxBytes)
 	}
-	claimWith := func(sqlText string) ([]driver.Event, error) {
-		rows, err := d.pool.Query(ctx, sqlText, args...)
-		if err != nil {
-			return nil, wrap(err)
+	// The first claim goes with the horizon just before it, in one round
+	// trip, for the held probe (q.held).
+	var horizon int64
+	claimWith := func(sqlText string, withHorizon bool) ([]driver.Event, error) {
+		var events []driver.Event
+		batch := &pgx.Batch{}
+		if withHorizon {
+			batch.Queue(`SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&horizon)
+			})
 		}
-		events, err := collectClaimed(rows, driver.ClaimParams{RelayID: p.RelayID, BatchSize: p.BatchSize})
-		return events, wrap(err)
+		batch.Queue(sqlText, args...).Query(func(rows pgx.Rows) error {
+			var err error
+			events, err = collectClaimed(rows, driver.ClaimParams{RelayID: p.RelayID, BatchSize: p.BatchSize})
+			return err
+		})
+		return events, wrap(d.pool.SendBatch(ctx, batch).Close())
 	}
-	events, err := claimWith(window)
+	events, err := claimWith(window, true)
 	if err != nil {
 		return driver.Claim{}, err
 	}
@@ -256,7 +265,7 @@ func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) 
 	st := &d.orderedState
 	if len(events) == 0 && (st.clogged.Load() || time.Since(time.Unix(0, st.fullAt.Load())) >= orderedFullEvery) {
 		st.fullAt.Store(time.Now().UnixNano())
-		if events, err = claimWith(full); err != nil {
+		if events, err = claimWith(full, false); err != nil {
 			return driver.Claim{}, err
 		}
 		st.clogged.Store(len(events) > 0)
@@ -272,7 +281,7 @@ func (d *Driver) ClaimOrdered(ctx context.Context, p driver.OrderedClaimParams) 
 	// that the relay claims again within milliseconds instead of at its
 	// poll (the older transaction's end wakes nobody when it wrote no
 	// event). A hint: if asking fails, the claim still succeeded.
-	if err := d.pool.QueryRow(ctx, q.held).Scan(&claim.Held); err != nil {
+	if err := d.pool.QueryRow(ctx, q.held, horizon).Scan(&claim.Held); err != nil {
 		claim.Held = false
 	}
 	return claim, nil

@@ -21,8 +21,12 @@ func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 		lastClaim = &b.LastClaim
 	}
 	cols, vals, set := "", "", ""
+	forget := b.Forget.Milliseconds()
+	if b.Forget < 0 {
+		forget = -1 // none
+	}
 	args := []any{b.RelayID, b.Host, int32(b.PID), b.Version, b.Sink, b.EventTypes, b.TTL.Milliseconds(), lastClaim,
-		b.Forget.Milliseconds(), b.Start}
+		forget, b.Start}
 	if b.WithDelivery {
 		cols, vals = ", ordering, ordered_failure, leases", ", $11, $12, $13"
 		set = ",\n    ordering = EXCLUDED.ordering, ordered_failure = EXCLUDED.ordered_failure, leases = EXCLUDED.leases"
@@ -30,7 +34,7 @@ func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 	}
 	_, err := d.pool.Exec(ctx, `WITH forgotten AS (
     DELETE FROM `+t+`
-    WHERE expires_at < now() - $9::bigint * interval '1 millisecond' AND relay_id <> $1
+    WHERE $9::bigint >= 0 AND expires_at < now() - $9::bigint * interval '1 millisecond' AND relay_id <> $1
 )
 INSERT INTO `+t+` AS r (relay_id, host, pid, version, sink, event_types, started_at, last_seen, expires_at, last_claim_at`+cols+`)
 VALUES ($1, $2, $3, $4, $5, $6, now(), now(), now() + $7::bigint * interval '1 millisecond', $8`+vals+`)

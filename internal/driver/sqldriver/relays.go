@@ -9,7 +9,8 @@ import (
 
 // Heartbeat upserts the relay's row with the dialect's upsert
 // (Dialect.RelayUpsert), sets its delivery columns when b.WithDelivery,
-// and forgets long-stale rows of other relays, in one transaction. The table holds a row per relay process, so the delete
+// and forgets long-stale rows of other relays (unless b.Forget is
+// negative), in one transaction. The table holds a row per relay process, so the delete
 // reads a handful of rows.
 func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 	t := d.d.Table(d.schema, "outbox_relays")
@@ -29,6 +30,9 @@ func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 				b.Delivery.Ordering, b.Delivery.OrderedFailure, b.Delivery.Leases, b.RelayID); err != nil {
 				return err
 			}
+		}
+		if b.Forget < 0 {
+			return nil
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM `+t+` WHERE `+d.d.Quote("expires_at")+` < `+d.d.NowPlusMillis()+
 			` AND `+d.d.Quote("relay_id")+` <> ?`, -b.Forget.Milliseconds(), b.RelayID)

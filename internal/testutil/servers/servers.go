@@ -8,10 +8,11 @@
 // deadline until it answers (by default until it accepts a connection; a
 // TLS server until it completes a handshake with the test's own
 // certificate, which proves the port is the test's server and not a
-// neighbour's), and killed, with its whole process group, when the test
-// ends. A missing binary fails the test with a message saying what to
-// install; it never skips, unless OUTBOX_SKIP_TLS_SERVERS=1 is set (see
-// SkipEnv), for machines that cannot run the servers.
+// neighbour's), and killed, with its whole process group, by its cleanup:
+// after the cleanups registered after it, which may still need it. A
+// missing binary fails the test with a message saying what to install; it
+// never skips, unless OUTBOX_SKIP_TLS_SERVERS=1 is set (see SkipEnv), for
+// machines that cannot run the servers.
 package servers
 
 import (
@@ -170,16 +171,20 @@ func start(t testing.TB, spec Spec, bin string) (*Server, error) {
 	port := FreePort(t)
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, out: &output{}}
 	args := spec.Args(port)
-	// The test's context ends just before its cleanups run, and then the
-	// whole process group goes: RabbitMQ's script runs the Erlang VM,
-	// which runs helpers of its own.
-	cmd := exec.CommandContext(t.Context(), bin, args...)
+	// The server goes, with its whole process group (RabbitMQ's script
+	// runs the Erlang VM, which runs helpers of its own), in its cleanup,
+	// not when the test's context ends: that context ends before any
+	// cleanup runs, and the cleanups registered after the server (a relay's
+	// Stop, a pool's Close) still need it.
+	life, kill := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(life, bin, args...)
 	cmd.Env = append(os.Environ(), spec.Env...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	setGroup(cmd)
 	cmd.Cancel = func() error { return killGroup(cmd.Process) }
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
+		kill()
 		return nil, fmt.Errorf("start %s (%s): %w", spec.Name, bin, err)
 	}
 	exited := make(chan struct{})
@@ -188,12 +193,8 @@ func start(t testing.TB, spec Spec, bin string) (*Server, error) {
 		close(exited)
 	}()
 	stop := func() {
-		select {
-		case <-exited:
-		default:
-			_ = killGroup(cmd.Process)
-			<-exited
-		}
+		kill() // cmd.Cancel kills the group; WaitDelay bounds the wait
+		<-exited
 	}
 	t.Cleanup(func() {
 		stop()
