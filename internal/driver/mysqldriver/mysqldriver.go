@@ -372,13 +372,18 @@ func (d Dialect) SchemaVersion(ctx context.Context, db *sql.DB, schema string) (
 
 // RelayUpsert is INSERT … ON DUPLICATE KEY UPDATE with VALUES() (MariaDB
 // has no row alias); started_at is decided first, on the old row.
-func (d Dialect) RelayUpsert(table string) string {
-	return `INSERT INTO ` + table + " (`relay_id`, `host`, `pid`, `version`, `sink`, `event_types`, `started_at`, `last_seen`, `expires_at`, `last_claim_at`)" + `
-VALUES (?, ?, ?, ?, ?, ?, ` + now + `, ` + now + `, ` + d.NowPlusMillis() + `, ?)
+func (d Dialect) RelayUpsert(table string, withDelivery bool) string {
+	cols, vals, set := "", "", ""
+	if withDelivery {
+		cols, vals = ", `ordering`, `ordered_failure`, `leases`", ", ?, ?, ?"
+		set = ", `ordering` = VALUES(`ordering`), `ordered_failure` = VALUES(`ordered_failure`), `leases` = VALUES(`leases`)"
+	}
+	return `INSERT INTO ` + table + " (`relay_id`, `host`, `pid`, `version`, `sink`, `event_types`" + cols + ", `started_at`, `last_seen`, `expires_at`, `last_claim_at`)" + `
+VALUES (?, ?, ?, ?, ?, ?` + vals + `, ` + now + `, ` + now + `, ` + d.NowPlusMillis() + `, ?)
 ON DUPLICATE KEY UPDATE
     ` + "`started_at` = IF(?, VALUES(`started_at`), `started_at`), `host` = VALUES(`host`), `pid` = VALUES(`pid`), " +
 		"`version` = VALUES(`version`), `sink` = VALUES(`sink`), `event_types` = VALUES(`event_types`), " +
-		"`last_seen` = VALUES(`last_seen`), `expires_at` = VALUES(`expires_at`), `last_claim_at` = VALUES(`last_claim_at`)"
+		"`last_seen` = VALUES(`last_seen`), `expires_at` = VALUES(`expires_at`), `last_claim_at` = VALUES(`last_claim_at`)" + set
 }
 
 // LeaseUpsert is INSERT … ON DUPLICATE KEY UPDATE, whose assignments run

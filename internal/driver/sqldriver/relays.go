@@ -8,9 +8,9 @@ import (
 )
 
 // Heartbeat upserts the relay's row with the dialect's upsert
-// (Dialect.RelayUpsert), sets its delivery columns when b.WithDelivery,
-// and forgets long-stale rows of other relays (unless b.Forget is
-// negative), in one transaction. The table holds a row per relay process, so the delete
+// (Dialect.RelayUpsert; its delivery columns too when b.WithDelivery) and
+// forgets long-stale rows of other relays (unless b.Forget is negative),
+// in one transaction. The table holds a row per relay process, so the delete
 // reads a handful of rows.
 func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 	t := d.d.Table(d.schema, "outbox_relays")
@@ -19,17 +19,12 @@ func (d *Driver) Heartbeat(ctx context.Context, b driver.Beat) error {
 		lastClaim = d.d.FormatTime(b.LastClaim)
 	}
 	return d.inTx(ctx, func(tx Tx) error {
-		if _, err := tx.ExecContext(ctx, d.d.RelayUpsert(t), b.RelayID, b.Host, b.PID, b.Version, b.Sink, b.EventTypes,
-			b.TTL.Milliseconds(), lastClaim, b.Start); err != nil {
-			return err
-		}
+		args := []any{b.RelayID, b.Host, b.PID, b.Version, b.Sink, b.EventTypes}
 		if b.WithDelivery {
-			q := d.d.Quote
-			if _, err := tx.ExecContext(ctx, `UPDATE `+t+` SET `+q("ordering")+` = ?, `+q("ordered_failure")+` = ?, `+
-				q("leases")+` = ? WHERE `+q("relay_id")+` = ?`,
-				b.Delivery.Ordering, b.Delivery.OrderedFailure, b.Delivery.Leases, b.RelayID); err != nil {
-				return err
-			}
+			args = append(args, b.Delivery.Ordering, b.Delivery.OrderedFailure, b.Delivery.Leases)
+		}
+		if _, err := tx.ExecContext(ctx, d.d.RelayUpsert(t, b.WithDelivery), append(args, b.TTL.Milliseconds(), lastClaim, b.Start)...); err != nil {
+			return err
 		}
 		if b.Forget < 0 {
 			return nil

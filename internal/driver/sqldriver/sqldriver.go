@@ -92,13 +92,15 @@ type Dialect interface {
 	// otherwise leaves it as it is.
 	LeaseUpsert(table string) string
 	// RelayUpsert is an INSERT of one row of the relay heartbeat table
-	// (relay_id, host, pid, version, sink, event_types, the row's TTL in
+	// (relay_id, host, pid, version, sink, event_types, with withDelivery
+	// ordering, ordered_failure and leases, then the row's TTL in
 	// milliseconds, last_claim_at or NULL, and whether this is the first
 	// beat of a run, bound in that order) that, when the relay_id exists,
-	// overwrites the row, keeping started_at unless it is the first beat.
-	// started_at, last_seen and expires_at (now plus the TTL) come from
-	// the database clock.
-	RelayUpsert(table string) string
+	// overwrites the row, keeping started_at unless it is the first beat
+	// (and the delivery columns without withDelivery). started_at,
+	// last_seen and expires_at (now plus the TTL) come from the database
+	// clock.
+	RelayUpsert(table string, withDelivery bool) string
 	// Begin starts a short write transaction.
 	Begin(ctx context.Context, db *sql.DB) (Tx, error)
 	// Transient reports an error after which the transaction, once rolled

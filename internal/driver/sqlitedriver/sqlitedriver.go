@@ -288,14 +288,19 @@ func (d Dialect) SchemaVersion(ctx context.Context, db *sql.DB, schema string) (
 
 // RelayUpsert is an upsert that keeps started_at unless the last bound
 // value says this is a run's first beat.
-func (d Dialect) RelayUpsert(table string) string {
-	return `INSERT INTO ` + table + ` ("relay_id", "host", "pid", "version", "sink", "event_types", "started_at", "last_seen", "expires_at", "last_claim_at")
-VALUES (?, ?, ?, ?, ?, ?, ` + now + `, ` + now + `, ` + d.NowPlusMillis() + `, ?)
+func (d Dialect) RelayUpsert(table string, withDelivery bool) string {
+	cols, vals, set := "", "", ""
+	if withDelivery {
+		cols, vals = `, "ordering", "ordered_failure", "leases"`, `, ?, ?, ?`
+		set = `, "ordering" = excluded."ordering", "ordered_failure" = excluded."ordered_failure", "leases" = excluded."leases"`
+	}
+	return `INSERT INTO ` + table + ` ("relay_id", "host", "pid", "version", "sink", "event_types"` + cols + `, "started_at", "last_seen", "expires_at", "last_claim_at")
+VALUES (?, ?, ?, ?, ?, ?` + vals + `, ` + now + `, ` + now + `, ` + d.NowPlusMillis() + `, ?)
 ON CONFLICT ("relay_id") DO UPDATE
 SET "started_at" = CASE WHEN ? THEN excluded."started_at" ELSE "started_at" END,
     "host" = excluded."host", "pid" = excluded."pid", "version" = excluded."version", "sink" = excluded."sink",
     "event_types" = excluded."event_types", "last_seen" = excluded."last_seen",
-    "expires_at" = excluded."expires_at", "last_claim_at" = excluded."last_claim_at"`
+    "expires_at" = excluded."expires_at", "last_claim_at" = excluded."last_claim_at"` + set
 }
 
 // LeaseUpsert is an upsert whose DO UPDATE has a WHERE: a row another
