@@ -366,9 +366,15 @@ func waitFor(ch <-chan struct{}, d time.Duration) bool {
 // Run starts the relay and blocks until ctx ends, then stops it gracefully
 // within ShutdownTimeout: batches still publishing after that are cancelled
 // and released, and Run returns at most StopGrace later (see Stop). It
-// returns an error only when the relay cannot start.
+// returns an error only when the relay cannot start; ctx ending while it
+// starts is a clean stop.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Asked to stop before it started: a Start that fails has
+			// taken nothing, and undone its heartbeat row.
+			return nil
+		}
 		return err
 	}
 	<-ctx.Done()

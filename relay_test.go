@@ -729,6 +729,17 @@ func TestRelayRunStopsOnContextCancel(t *testing.T) {
 	rec.WaitLen(t, 3, 10*time.Second)
 	cancel()
 	require.NoError(t, <-done)
+
+	// A context that ends while the relay starts (a SIGTERM during start-up)
+	// is a clean stop too: Start fails, Run does not.
+	r, err = outbox.NewRelay(b.db, outbox.RelayConfig{Sink: rec, Schema: b.schema, RelayID: "never-started",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.Error(t, r.Start(ctx))
+	require.NoError(t, r.Run(ctx))
+	relays, err := b.mgr.Relays(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, relays, "no row left behind")
 }
 
 func TestRelaySurvivesTerminatedConnections(t *testing.T) {
